@@ -1,0 +1,379 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// nodeServer answers the CSI Node service with real bind mounts and loop devices.
+//
+// Every step first makes the mounts right and then records them, and every check of "is it already
+// done" looks at the mount table, not only at the record. So a plugin killed between the two
+// finds the work done when the call is retried, as the CSI spec's idempotency rules require.
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	d *driver
+}
+
+var _ csi.NodeServer = &nodeServer{}
+
+// NodeStageVolume bind-mounts a filesystem volume's directory at the staging path, or attaches a
+// block volume's loop device and bind-mounts it onto <staging path>/device.
+func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if !s.d.cfg.Capabilities.StageUnstage {
+		return nil, status.Error(codes.Unimplemented, "the STAGE_UNSTAGE_VOLUME capability is off")
+	}
+	id, path, c := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetVolumeCapability()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID missing in request")
+	}
+	if path == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
+	}
+	if err := s.d.checkCapability(c); err != nil {
+		return nil, err
+	}
+	if err := checkMountGroup(c); err != nil {
+		return nil, err
+	}
+	unlock := s.d.locks.lock(id)
+	defer unlock()
+
+	v, ok := s.d.store.get(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	if err := checkAccessType(&v, c); err != nil {
+		return nil, err
+	}
+	if err := s.d.checkPublishContext(&v, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
+	want := Staging{
+		Path:       path,
+		AccessMode: c.GetAccessMode().GetMode().String(),
+		MountFlags: c.GetMount().GetMountFlags(),
+		MountGroup: c.GetMount().GetVolumeMountGroup(),
+	}
+	if st := v.Staged; st != nil {
+		if st.Path != path {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, st.Path)
+		}
+		if st.AccessMode != want.AccessMode || !slices.Equal(st.MountFlags, want.MountFlags) || st.MountGroup != want.MountGroup {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is staged at %s with a different capability", id, path)
+		}
+	}
+
+	logger := klog.FromContext(ctx).WithValues("volume", id, "stagingTargetPath", path)
+	if err := s.stage(logger, &v, want); err != nil {
+		return nil, ioStatus(err)
+	}
+	if v.Staged == nil {
+		if _, err := s.d.store.update(id, func(v *Volume) error { v.Staged = &want; return nil }); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	logger.V(2).Info("Staged volume")
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+func (s *nodeServer) stage(logger klog.Logger, v *Volume, st Staging) error {
+	if v.AccessType == AccessMount {
+		if err := applyMountGroup(v.Path, st.MountGroup); err != nil {
+			return err
+		}
+		return ensureBindMount(logger, s.d.mounter, v.Path, st.Path, v.Path, false, bindOptions(false, st.MountFlags))
+	}
+	dev, err := attachLoopDevice(v.Path)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(st.Path, 0o750); err != nil {
+		return fmt.Errorf("create staging directory: %w", err)
+	}
+	return ensureBindMount(logger, s.d.mounter, dev, filepath.Join(st.Path, blockDeviceFile), dev, true, bindOptions(false, nil))
+}
+
+// NodeUnstageVolume undoes NodeStageVolume. It fails with FailedPrecondition while the volume is
+// still published, and succeeds when the volume is not staged at the path.
+func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if !s.d.cfg.Capabilities.StageUnstage {
+		return nil, status.Error(codes.Unimplemented, "the STAGE_UNSTAGE_VOLUME capability is off")
+	}
+	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID missing in request")
+	}
+	if path == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
+	}
+	unlock := s.d.locks.lock(id)
+	defer unlock()
+
+	v, ok := s.d.store.get(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	recorded := v.Staged != nil && v.Staged.Path == path
+	if recorded && len(v.Published) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %d target paths", id, len(v.Published))
+	}
+	logger := klog.FromContext(ctx).WithValues("volume", id, "stagingTargetPath", path)
+	source, err := s.d.volumeSource(&v)
+	if err != nil {
+		return nil, ioStatus(err)
+	}
+	// Unmount even without a record: the plugin may have died between mounting and recording.
+	if err := s.unstage(logger, &v, path, source, recorded || v.Staged == nil); err != nil {
+		return nil, ioStatus(err)
+	}
+	if recorded {
+		if _, err := s.d.store.update(id, func(v *Volume) error { v.Staged = nil; return nil }); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	logger.V(2).Info("Unstaged volume", "wasStaged", recorded)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unstage removes what stage made at path. owned says the volume is staged at path or nowhere,
+// so that its device file and loop device may go.
+func (s *nodeServer) unstage(logger klog.Logger, v *Volume, path, source string, owned bool) error {
+	if v.AccessType == AccessMount {
+		return unmountAll(logger, s.d.mounter, path, source)
+	}
+	devFile := filepath.Join(path, blockDeviceFile)
+	if err := unmountAll(logger, s.d.mounter, devFile, source); err != nil {
+		return err
+	}
+	if !owned {
+		return nil
+	}
+	if err := removeMountPoint(s.d.mounter, devFile); err != nil {
+		return err
+	}
+	if len(v.Published) > 0 {
+		return nil
+	}
+	return detachLoopDevice(v.Path)
+}
+
+// NodePublishVolume bind-mounts the volume at the target path: from the staging path when staging is
+// on, else from the volume's directory or loop device. A block volume's target is a file.
+func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, target, c := req.GetVolumeId(), req.GetTargetPath(), req.GetVolumeCapability()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID missing in request")
+	}
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target path missing in request")
+	}
+	if err := s.d.checkCapability(c); err != nil {
+		return nil, err
+	}
+	if err := checkMountGroup(c); err != nil {
+		return nil, err
+	}
+	staging := ""
+	if s.d.cfg.Capabilities.StageUnstage {
+		if staging = req.GetStagingTargetPath(); staging == "" {
+			return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
+		}
+	}
+	unlock := s.d.locks.lock(id)
+	defer unlock()
+
+	v, ok := s.d.store.get(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	if err := checkAccessType(&v, c); err != nil {
+		return nil, err
+	}
+	if err := s.d.checkPublishContext(&v, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
+	if staging != "" && (v.Staged == nil || v.Staged.Path != staging) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
+	}
+	want := Publication{
+		StagingPath: staging,
+		ReadOnly:    req.GetReadonly(),
+		AccessMode:  c.GetAccessMode().GetMode().String(),
+		MountFlags:  c.GetMount().GetMountFlags(),
+		MountGroup:  c.GetMount().GetVolumeMountGroup(),
+	}
+	if err := checkPublication(&v, target, want); err != nil {
+		return nil, err
+	}
+
+	logger := klog.FromContext(ctx).WithValues("volume", id, "targetPath", target)
+	if err := s.publish(logger, &v, target, want); err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		return nil, ioStatus(err)
+	}
+	if _, exists := v.Published[target]; !exists {
+		if _, err := s.d.store.update(id, func(v *Volume) error {
+			if v.Published == nil {
+				v.Published = map[string]Publication{}
+			}
+			v.Published[target] = want
+			return nil
+		}); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	logger.V(2).Info("Published volume", "readOnly", want.ReadOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkPublication applies the idempotency and access-mode rules to a new or repeated publication.
+func checkPublication(v *Volume, target string, want Publication) error {
+	if p, ok := v.Published[target]; ok {
+		if p.StagingPath != want.StagingPath || p.ReadOnly != want.ReadOnly || p.AccessMode != want.AccessMode ||
+			!slices.Equal(p.MountFlags, want.MountFlags) || p.MountGroup != want.MountGroup {
+			return status.Errorf(codes.AlreadyExists, "volume %s is published at %s with different options", v.ID, target)
+		}
+		return nil
+	}
+	singleWriter := csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String()
+	for other, p := range v.Published {
+		if want.AccessMode == singleWriter || p.AccessMode == singleWriter {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is published for a single writer at %s", v.ID, other)
+		}
+	}
+	return nil
+}
+
+func (s *nodeServer) publish(logger klog.Logger, v *Volume, target string, p Publication) error {
+	opts := bindOptions(p.ReadOnly, p.MountFlags)
+	if v.AccessType == AccessMount {
+		from := v.Path
+		if p.StagingPath != "" {
+			if ok, err := isMountOf(s.d.mounter, p.StagingPath, v.Path); err != nil {
+				return err
+			} else if !ok {
+				return status.Errorf(codes.FailedPrecondition, "staging path %s does not show volume %s", p.StagingPath, v.ID)
+			}
+			from = p.StagingPath
+		} else if err := applyMountGroup(v.Path, p.MountGroup); err != nil {
+			return err
+		}
+		return ensureBindMount(logger, s.d.mounter, from, target, v.Path, false, opts)
+	}
+
+	if p.StagingPath == "" {
+		dev, err := attachLoopDevice(v.Path)
+		if err != nil {
+			return err
+		}
+		return ensureBindMount(logger, s.d.mounter, dev, target, dev, true, opts)
+	}
+	dev, err := s.d.volumeSource(v)
+	if err != nil {
+		return err
+	}
+	from := filepath.Join(p.StagingPath, blockDeviceFile)
+	if ok, err := isMountOf(s.d.mounter, from, dev); err != nil {
+		return err
+	} else if !ok {
+		return status.Errorf(codes.FailedPrecondition, "staging path %s does not show volume %s", p.StagingPath, v.ID)
+	}
+	return ensureBindMount(logger, s.d.mounter, from, target, dev, true, opts)
+}
+
+// NodeUnpublishVolume unmounts the target path and removes it. A target that does not show the
+// volume is left alone and the call succeeds.
+func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID missing in request")
+	}
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target path missing in request")
+	}
+	unlock := s.d.locks.lock(id)
+	defer unlock()
+
+	v, ok := s.d.store.get(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	logger := klog.FromContext(ctx).WithValues("volume", id, "targetPath", target)
+	source, err := s.d.volumeSource(&v)
+	if err != nil {
+		return nil, ioStatus(err)
+	}
+	if err := unmountAll(logger, s.d.mounter, target, source); err != nil {
+		return nil, ioStatus(err)
+	}
+	_, recorded := v.Published[target]
+	if err := removeMountPoint(s.d.mounter, target); err != nil {
+		// What is left at an unrecorded target is not ours: another volume's mount or the CO's own files.
+		notOurs := errors.Is(err, errForeignMount) || errors.Is(err, unix.ENOTEMPTY)
+		if recorded || !notOurs {
+			return nil, ioStatus(err)
+		}
+	}
+	remaining := len(v.Published)
+	if recorded {
+		remaining--
+	}
+	if v.AccessType == AccessBlock && v.Staged == nil && remaining == 0 {
+		// Without staging, the last unpublish releases the loop device that publish attached.
+		if err := detachLoopDevice(v.Path); err != nil {
+			return nil, ioStatus(err)
+		}
+	}
+	if recorded {
+		if _, err := s.d.store.update(id, func(v *Volume) error { delete(v.Published, target); return nil }); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	logger.V(2).Info("Unpublished volume", "wasPublished", recorded)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// checkMountGroup validates volume_mount_group: a numeric group ID.
+func checkMountGroup(c *csi.VolumeCapability) error {
+	g := c.GetMount().GetVolumeMountGroup()
+	if g == "" {
+		return nil
+	}
+	if gid, err := strconv.Atoi(g); err != nil || gid < 0 {
+		return status.Errorf(codes.InvalidArgument, "volume_mount_group %q is not a group ID", g)
+	}
+	return nil
+}
+
+// applyMountGroup gives the group ownership of a volume directory, with the setgid bit so that
+// new files inherit it, the way a kubelet applies fsGroup.
+func applyMountGroup(dir, group string) error {
+	if group == "" {
+		return nil
+	}
+	gid, err := strconv.Atoi(group)
+	if err != nil {
+		return fmt.Errorf("parse volume mount group %q: %w", group, err)
+	}
+	if err := os.Chown(dir, -1, gid); err != nil {
+		return fmt.Errorf("chown volume directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o777|os.ModeSetgid); err != nil {
+		return fmt.Errorf("chmod volume directory: %w", err)
+	}
+	return nil
+}
