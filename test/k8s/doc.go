@@ -1,0 +1,8 @@
+// Package k8stest runs a real kube-apiserver and etcd for integration tests,
+// through controller-runtime's envtest, from binaries built from Go modules
+// (make k8s-bins writes them to bin/k8s).
+//
+// One API server serves all tests of a test binary: TestMain calls Main, and
+// each test calls New for its own namespace, node name and clients. Start
+// runs further, independent environments, e.g. with other API server flags.
+package k8stest
