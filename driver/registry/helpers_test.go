@@ -152,12 +152,17 @@ func registerInfo(p *plugintest.Plugin) *registerapi.PluginInfo {
 }
 
 // serveSilent accepts connections on path and never answers: a registrar
-// that hangs. It returns a counter of accepted connections.
+// that hangs. Like serveRegistrar it listens before the socket appears under
+// its name. It returns a counter of accepted connections.
 func serveSilent(t testing.TB, path string) func() int {
 	t.Helper()
-	l, err := net.Listen("unix", path)
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	l, err := net.Listen("unix", tmp)
 	if err != nil {
-		t.Fatalf("listen %s: %v", path, err)
+		t.Fatalf("listen %s: %v", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatalf("rename socket into place: %v", err)
 	}
 	var (
 		mu       sync.Mutex

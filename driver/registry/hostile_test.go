@@ -3,6 +3,7 @@ package registry_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,7 @@ func TestHostileRegistrationsDoNotBlockAGoodOne(t *testing.T) {
 	if silentAccepts() == 0 {
 		t.Fatal("the registry never connected to the silent registrar")
 	}
+	eventually(t, "the good registrar to be told", func() bool { _, st := goodReg.calls(); return len(st) > 0 })
 	if _, statuses := goodReg.calls(); len(statuses) != 1 || !statuses[0].PluginRegistered {
 		t.Errorf("good registrar was told %v, want one PluginRegistered=true", statuses)
 	}
@@ -145,7 +147,12 @@ func TestSecondRegistrationOfSameName(t *testing.T) {
 	if err := os.Remove(newerSock); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deregistration by the newer socket", func() bool { _, ok := r.Driver(p.Name); return !ok })
+	eventually(t, "deregistration by the newer socket", func() bool {
+		return slices.ContainsFunc(evs.snapshot(), func(e registry.Event) bool { return e.Type == registry.Deregistered })
+	})
+	if _, ok := r.Driver(p.Name); ok {
+		t.Error("driver still registered after its Deregistered event")
+	}
 	var deregs int
 	for _, ev := range evs.snapshot() {
 		if ev.Type == registry.Deregistered {

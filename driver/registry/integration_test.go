@@ -145,14 +145,19 @@ func TestRealPluginRegistrationLifecycle(t *testing.T) {
 		d, err := csiNodeDriver(ctx, f.Client, f.NodeName, second.Name)
 		return err == nil && d != nil && d.NodeID == "node-b"
 	})
-	var types []registry.EventType
-	for _, ev := range evs.snapshot() {
-		if ev.Driver == first.Name {
-			types = append(types, ev.Type)
+	want := []registry.EventType{registry.Registered, registry.Deregistered, registry.Registered}
+	driverEvents := func() []registry.EventType {
+		var types []registry.EventType
+		for _, ev := range evs.snapshot() {
+			if ev.Driver == first.Name {
+				types = append(types, ev.Type)
+			}
 		}
+		return types
 	}
-	if want := []registry.EventType{registry.Registered, registry.Deregistered, registry.Registered}; !slices.Equal(types, want) {
-		t.Errorf("events = %v, want %v", types, want)
+	eventually(t, "three driver events", func() bool { return len(driverEvents()) >= len(want) })
+	if got := driverEvents(); !slices.Equal(got, want) {
+		t.Errorf("events = %v, want %v", got, want)
 	}
 }
 
