@@ -18,8 +18,8 @@
 //	                       +------------+-------------+--------------+-------------+--> NotifyRegistrationStatus(false)            Uninstall
 //	                                     retried with backoff (500ms doubling to 2m)
 //
-// A socket that does not answer (stale file, connection refused, hang) costs
-// one worker for at most the handshake timeout and is retried with backoff; it
-// never blocks other sockets. Dot-files and files that are not sockets are
-// ignored.
+// A socket that does not answer (stale file, connection refused, hang) is
+// handled on its own goroutine, bounded by the handshake timeout, and retried
+// with backoff; it never blocks other sockets. Dot-files and files that are
+// not sockets are ignored.
 package registry

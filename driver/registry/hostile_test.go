@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,11 +48,14 @@ func TestHostileRegistrationsDoNotBlockAGoodOne(t *testing.T) {
 		// Long enough that the silent registrar is certainly still hanging
 		// when the good driver has registered.
 		HandshakeTimeout: 10 * time.Minute,
-		Workers:          2,
 	})
 
-	// All at once: the silent one first, so that it holds a worker.
-	silentAccepts := serveSilent(t, filepath.Join(regDir, "silent.sock"))
+	// All at once, the silent ones first: more hanging registrars than a
+	// worker pool would have.
+	var silentAccepts []func() int
+	for i := range 8 {
+		silentAccepts = append(silentAccepts, serveSilent(t, filepath.Join(regDir, fmt.Sprintf("silent-%d.sock", i))))
+	}
 	fakes := map[string]*fakeRegistrar{}
 	for sock, tc := range cases {
 		fakes[sock] = &fakeRegistrar{info: tc.info}
@@ -69,8 +73,10 @@ func TestHostileRegistrationsDoNotBlockAGoodOne(t *testing.T) {
 		_, ok := r.Driver(good.Name)
 		return ok
 	})
-	if silentAccepts() == 0 {
-		t.Fatal("the registry never connected to the silent registrar")
+	for i, accepted := range silentAccepts {
+		if accepted() == 0 {
+			t.Errorf("the registry never connected to silent registrar %d", i)
+		}
 	}
 	eventually(t, "the good registrar to be told", func() bool { _, st := goodReg.calls(); return len(st) > 0 })
 	if _, statuses := goodReg.calls(); len(statuses) != 1 || !statuses[0].PluginRegistered {

@@ -41,8 +41,6 @@ type Config struct {
 	// HandshakeTimeout bounds one registration attempt (GetInfo, connect,
 	// NodeGetInfo, Install); 0 means 30s.
 	HandshakeTimeout time.Duration
-	// Workers is the number of sockets handled at once; 0 means 4.
-	Workers int
 	// RetryBaseDelay and RetryMaxDelay bound the per-socket backoff; 0 means 500ms and 2m.
 	RetryBaseDelay, RetryMaxDelay time.Duration
 }
@@ -53,9 +51,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 30 * time.Second
-	}
-	if c.Workers == 0 {
-		c.Workers = 4
 	}
 	if c.RetryBaseDelay == 0 {
 		c.RetryBaseDelay = 500 * time.Millisecond
@@ -163,8 +158,8 @@ func New(cfg Config) (*Registry, error) {
 	}, nil
 }
 
-// Subscribe registers fn to be told of every Event. fn runs on a registry
-// worker and must not block: enqueue and return.
+// Subscribe registers fn to be told of every Event. fn runs on the
+// registry's goroutines and must not block: enqueue and return.
 func (r *Registry) Subscribe(fn func(Event)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -261,15 +256,21 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	for range r.cfg.Workers {
-		wg.Go(func() {
-			for r.processNext(ctx) {
-			}
-		})
-	}
 	wg.Go(func() { w.run(ctx) })
-	<-ctx.Done()
-	r.queue.ShutDownWithDrain()
+	wg.Go(func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	})
+	// Every socket taken from the queue is handled on its own goroutine, so
+	// a socket that hangs holds nothing but itself; the queue hands out a
+	// socket again only after Done, so one socket never has two handshakes.
+	for {
+		socket, shutdown := r.queue.Get()
+		if shutdown {
+			break
+		}
+		wg.Go(func() { r.handle(ctx, socket) })
+	}
 	wg.Wait()
 	r.closeAll()
 	return nil
@@ -277,11 +278,8 @@ func (r *Registry) Run(ctx context.Context) error {
 
 func (r *Registry) enqueue(path string) { r.queue.Add(path) }
 
-func (r *Registry) processNext(ctx context.Context) bool {
-	socket, shutdown := r.queue.Get()
-	if shutdown {
-		return false
-	}
+// handle runs one sync of socket and schedules its retry on failure.
+func (r *Registry) handle(ctx context.Context, socket string) {
 	defer r.queue.Done(socket)
 	err := r.sync(ctx, socket)
 	r.mu.Lock()
@@ -289,10 +287,9 @@ func (r *Registry) processNext(ctx context.Context) bool {
 	r.mu.Unlock()
 	if err == nil || ctx.Err() != nil {
 		r.queue.Forget(socket)
-		return true
+		return
 	}
 	r.queue.AddRateLimited(socket)
-	return true
 }
 
 func (r *Registry) closeAll() {
