@@ -1,0 +1,210 @@
+package metrics_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+func newMetrics(t *testing.T, cfg metrics.Config) (*metrics.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	cfg.Registerer = reg
+	m, err := metrics.New(cfg)
+	if err != nil {
+		t.Fatalf("New() error: %v", err)
+	}
+	return m, reg
+}
+
+// TestOperationDuration records steps of two drivers, one failed, and
+// compares the exposition with the kubelet's names, labels and buckets.
+func TestOperationDuration(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Config{})
+	m.ObserveOperation("a.csi.test", volume.StepStage, nil, 200*time.Millisecond)
+	m.ObserveOperation("a.csi.test", volume.StepStage, nil, 20*time.Second)
+	m.ObserveOperation("b.csi.test", volume.StepPublish, errors.New("boom"), 700*time.Second)
+
+	want := `
+# HELP storage_operation_duration_seconds Storage operation duration
+# TYPE storage_operation_duration_seconds histogram
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.1"} 0
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.25"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.5"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="1"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="2.5"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="5"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="10"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="15"} 1
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="25"} 2
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="50"} 2
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="120"} 2
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="300"} 2
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="600"} 2
+storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="+Inf"} 2
+storage_operation_duration_seconds_sum{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test"} 20.2
+storage_operation_duration_seconds_count{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test"} 2
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.1"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.25"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.5"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="1"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="2.5"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="5"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="10"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="15"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="25"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="50"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="120"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="300"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="600"} 0
+storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="+Inf"} 1
+storage_operation_duration_seconds_sum{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test"} 700
+storage_operation_duration_seconds_count{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "storage_operation_duration_seconds"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodReady checks the pod-ready latency histogram with its buckets.
+func TestPodReady(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Config{})
+	m.ObservePodReady(3 * time.Millisecond)
+	m.ObservePodReady(40 * time.Second)
+
+	want := `
+# HELP csi_volmgr_pod_volumes_ready_seconds Time from the event that made a pod's volumes wanted (the pod's add or change) until all its volumes are published
+# TYPE csi_volmgr_pod_volumes_ready_seconds histogram
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.001"} 0
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.0025"} 0
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.005"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.01"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.025"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.05"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.1"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.25"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="0.5"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="1"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="2.5"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="5"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="10"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="30"} 1
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="60"} 2
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="120"} 2
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="300"} 2
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="600"} 2
+csi_volmgr_pod_volumes_ready_seconds_bucket{le="+Inf"} 2
+csi_volmgr_pod_volumes_ready_seconds_sum 40.003
+csi_volmgr_pod_volumes_ready_seconds_count 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_volmgr_pod_volumes_ready_seconds"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTotalVolumesReadAtScrape checks that volume_manager_total_volumes is
+// what the callback says at each scrape (no counter to drift), that a
+// driver present in one state only shows 0 in the other, and that a driver
+// gone from both disappears.
+func TestTotalVolumesReadAtScrape(t *testing.T) {
+	var mu sync.Mutex
+	counts := metrics.VolumeCounts{
+		Desired: map[string]int{"a.csi.test": 3, "b.csi.test": 1},
+		Actual:  map[string]int{"a.csi.test": 2},
+	}
+	_, reg := newMetrics(t, metrics.Config{Volumes: func() metrics.VolumeCounts {
+		mu.Lock()
+		defer mu.Unlock()
+		return counts
+	}})
+
+	header := `
+# HELP volume_manager_total_volumes Number of volumes in Volume Manager
+# TYPE volume_manager_total_volumes gauge
+`
+	want := header + `volume_manager_total_volumes{plugin_name="kubernetes.io/csi:a.csi.test",state="actual_state_of_world"} 2
+volume_manager_total_volumes{plugin_name="kubernetes.io/csi:a.csi.test",state="desired_state_of_world"} 3
+volume_manager_total_volumes{plugin_name="kubernetes.io/csi:b.csi.test",state="actual_state_of_world"} 0
+volume_manager_total_volumes{plugin_name="kubernetes.io/csi:b.csi.test",state="desired_state_of_world"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "volume_manager_total_volumes"); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	counts = metrics.VolumeCounts{
+		Desired: map[string]int{"a.csi.test": 1},
+		Actual:  map[string]int{"a.csi.test": 1},
+	}
+	mu.Unlock()
+	want = header + `volume_manager_total_volumes{plugin_name="kubernetes.io/csi:a.csi.test",state="actual_state_of_world"} 1
+volume_manager_total_volumes{plugin_name="kubernetes.io/csi:a.csi.test",state="desired_state_of_world"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "volume_manager_total_volumes"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWorkqueueProvider runs a real named client-go workqueue with the
+// provider and checks depth, adds and retries as a scrape shows them.
+func TestWorkqueueProvider(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Config{})
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "test_queue", MetricsProvider: m.WorkqueueProvider()})
+	defer q.ShutDown()
+
+	q.Add("a")
+	q.Add("b")
+	q.Add("a") // deduplicated: not counted as an add
+	item, _ := q.Get()
+	q.Done(item)
+	q.AddRateLimited("c") // waits an hour: a retry, not (yet) in the queue
+
+	want := `
+# HELP workqueue_adds_total Total number of adds handled by workqueue
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="test_queue"} 2
+# HELP workqueue_depth Current depth of workqueue
+# TYPE workqueue_depth gauge
+workqueue_depth{name="test_queue"} 1
+# HELP workqueue_retries_total Total number of retries handled by workqueue
+# TYPE workqueue_retries_total counter
+workqueue_retries_total{name="test_queue"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"workqueue_adds_total", "workqueue_depth", "workqueue_retries_total"); err != nil {
+		t.Fatal(err)
+	}
+	// One item was processed: one latency and one work-duration observation.
+	for _, name := range []string{"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"} {
+		if got := testutil.CollectAndCount(reg, name); got != 1 {
+			t.Errorf("%s has %d series, want 1", name, got)
+		}
+	}
+}
+
+// TestNewErrors checks the configuration errors: no registerer, and a
+// second registration into the same registry.
+func TestNewErrors(t *testing.T) {
+	if _, err := metrics.New(metrics.Config{}); err == nil {
+		t.Error("New() without Registerer succeeded, want an error")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(metrics.Config{Registerer: reg}); err != nil {
+		t.Fatalf("first New() error: %v", err)
+	}
+	_, err := metrics.New(metrics.Config{Registerer: reg})
+	if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); !ok {
+		t.Errorf("second New() into the same registry: error %v, want a prometheus.AlreadyRegisteredError", err)
+	}
+}

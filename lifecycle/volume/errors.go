@@ -1,0 +1,28 @@
+package volume
+
+import "errors"
+
+// Sentinel errors shared by the lifecycle packages. Wrap them with %w and
+// test them with errors.Is; only driver/ turns them into gRPC codes.
+var (
+	// ErrDriverNotRegistered means the volume's CSI driver has not registered
+	// (yet). Transient: retried when the driver registers.
+	ErrDriverNotRegistered = errors.New("CSI driver is not registered")
+	// ErrNotAttached means the VolumeAttachment is missing or not attached yet.
+	// Transient: retried when the VolumeAttachment changes.
+	ErrNotAttached = errors.New("volume is not attached yet")
+	// ErrInvalidName means a name would escape the agent's root directory or is
+	// otherwise unusable in a path. Final for the pod.
+	ErrInvalidName = errors.New("invalid name")
+	// ErrInvalidSpec means the pod, PVC or PV does not describe a usable CSI
+	// volume (missing PV, wrong mode, not bound, ...). Final until the
+	// objects change.
+	ErrInvalidSpec = errors.New("invalid volume specification")
+	// ErrNotStaged means a publish needs the volume staged first (the driver
+	// has STAGE_UNSTAGE_VOLUME and the stage is not done, or uncertain).
+	// Transient: retried once the volume is staged.
+	ErrNotStaged = errors.New("volume is not staged yet")
+	// ErrInUse means the step must wait for another pod's use of the volume to
+	// end (e.g. ReadWriteOncePod, or unstage while published).
+	ErrInUse = errors.New("volume is in use")
+)
