@@ -1,0 +1,227 @@
+package populator_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// TestFollowsEvents: a pod that arrives later, a claim bound later, and the
+// pod's deletion all reach the desired state without polling, and the
+// references (and watches) go with the pod.
+func TestFollowsEvents(t *testing.T) {
+	for name, clusterWide := range map[string]bool{"by name": false, "cluster-wide informers": true} {
+		t.Run(name, func(t *testing.T) { testFollowsEvents(t, clusterWide) })
+	}
+}
+
+func testFollowsEvents(t *testing.T, clusterWide bool) {
+	ctx := testContext(t)
+	client := fakeClient()
+	s := startStack(ctx, t, client, stackOptions{clusterWide: clusterWide})
+	core := client.CoreV1()
+
+	if _, err := core.PersistentVolumeClaims(ns).Create(ctx, newPVC("c1", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Pods(ns).Create(ctx, newPod("p", withClaim("data", "c1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "pod known with an unbound-claim error", func() bool {
+		p, ok := s.store.Pod("uid-p")
+		return ok && len(p.Errors) == 1 && p.Errors[0].Err.Error() == `PVC "ns/c1" is not bound`
+	})
+
+	// The PV appears, then the claim is bound to it.
+	if _, err := core.PersistentVolumes().Create(ctx, newPV("pv1", "c1", "h1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := newPVC("c1", "pv1")
+	bound.ResourceVersion = "2"
+	if _, err := core.PersistentVolumeClaims(ns).Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	key := volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}
+	eventually(ctx, t, "volume desired once the claim is bound", func() bool {
+		_, ok := s.store.PodVolume(key)
+		return ok && len(s.store.PodErrors("uid-p")) == 0
+	})
+	st := s.src.Stats()
+	// By name: one watch per referenced object; cluster-wide: one per kind.
+	for kind, want := range map[source.Kind]int{
+		source.KindPersistentVolumeClaim: 1, source.KindPersistentVolume: 1, source.KindVolumeAttachment: 1,
+	} {
+		if st.Watches[kind] != want {
+			t.Errorf("%s watches = %d, want %d", kind, st.Watches[kind], want)
+		}
+	}
+
+	// The pod goes: its volume leaves and nothing is watched for it any more.
+	if err := core.Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "pod forgotten", func() bool { return !s.store.HasPod("uid-p") })
+	if s.store.IsVolumeWanted(pvName("h1")) {
+		t.Error("volume still wanted after its only pod was deleted")
+	}
+	if refs := s.src.References("uid-p"); len(refs.PVCs)+len(refs.PVs)+len(refs.Attachments) != 0 {
+		t.Errorf("references left after the pod went: %+v", refs)
+	}
+	st = s.src.Stats()
+	if n := st.Watches[source.KindPersistentVolumeClaim] + st.Watches[source.KindPersistentVolume] +
+		st.Watches[source.KindVolumeAttachment]; !clusterWide && n != 0 {
+		t.Errorf("watches left after the pod went: %+v", st.Watches)
+	}
+}
+
+// TestKeepsVolumeOfRunningPod: once desired, a volume stays while its pod
+// runs even if its claim no longer resolves (here: deleted without
+// protection), as the kubelet, which never re-resolves a running pod.
+func TestKeepsVolumeOfRunningPod(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(
+		newPod("p", withClaim("data", "c1"), withClaim("logs", "c2")),
+		newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"), newPVC("c2", ""))
+	s := startStack(ctx, t, client, stackOptions{})
+	core := client.CoreV1()
+	key := volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}
+	if _, ok := s.store.PodVolume(key); !ok {
+		t.Fatal("data is not desired at start")
+	}
+
+	deleting := newPVC("c1", "pv1")
+	deleting.ResourceVersion = "2"
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if _, err := core.PersistentVolumeClaims(ns).Update(ctx, deleting, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "cache sees the claim being deleted", func() bool {
+		c, err := s.src.PVC(ns, "c1")
+		return err == nil && c.DeletionTimestamp != nil
+	})
+	// Binding c2 makes the populator resolve the pod again, reading c1 as
+	// being deleted: logs enters, data must stay.
+	if _, err := core.PersistentVolumes().Create(ctx, newPV("pv2", "c2", "h2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := newPVC("c2", "pv2")
+	bound.ResourceVersion = "2"
+	if _, err := core.PersistentVolumeClaims(ns).Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "logs desired", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h2"), Pod: "uid-p"})
+		return ok
+	})
+	if _, ok := s.store.PodVolume(key); !ok {
+		t.Error("data left the desired state of a running pod because its claim is being deleted")
+	}
+	if errs := s.store.PodErrors("uid-p"); len(errs) != 0 {
+		t.Errorf("errors = %v, want none", errs)
+	}
+}
+
+// TestHasSyncedWaitsForReferencedObjects: the populator is not synced while
+// a pod known at start waits for a referenced object's cache.
+func TestHasSyncedWaitsForReferencedObjects(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("p", withClaim("data", "c1")), newPod("q"), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
+	var blocked atomic.Bool
+	blocked.Store(true)
+	client.PrependReactor("list", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if blocked.Load() {
+			return true, nil, errors.New("injected: API server unavailable")
+		}
+		return false, nil, nil
+	})
+	s := startStack(ctx, t, client, stackOptions{noWait: true})
+
+	eventually(ctx, t, "q resolved", func() bool { return s.store.HasPod("uid-q") })
+	if s.pop.HasSynced() {
+		t.Fatal("HasSynced while p's claim cannot be listed")
+	}
+	if s.store.HasPod("uid-p") {
+		t.Error("p entered the desired state without its claim")
+	}
+	blocked.Store(false) // the reflector retries with backoff
+	select {
+	case <-s.pop.Synced():
+	case <-time.After(eventTimeout):
+		t.Fatal("not synced after the claim became readable")
+	}
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}); !ok {
+		t.Error("synced, but p's volume is not desired")
+	}
+}
+
+// TestPolicyChange: a CSIDriver that enables inline volumes re-resolves
+// the pods.
+func TestPolicyChange(t *testing.T) {
+	ctx := testContext(t)
+	pod := newPod("p", withVolume(corev1.Volume{Name: "cache", VolumeSource: corev1.VolumeSource{
+		CSI: &corev1.CSIVolumeSource{Driver: driver}}}), mount("cache"))
+	client := fakeClient(pod)
+	s := startStack(ctx, t, client, stackOptions{})
+	if errs := s.store.PodErrors("uid-p"); len(errs) != 1 {
+		t.Fatalf("errors without a CSIDriver = %v, want Ephemeral not supported", errs)
+	}
+	if _, err := client.StorageV1().CSIDrivers().Create(ctx,
+		csiDriver(driver, false, storagev1.VolumeLifecycleEphemeral), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "inline volume desired", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: volume.InlineName("uid-p", "cache"), Pod: "uid-p"})
+		return ok && len(s.store.PodErrors("uid-p")) == 0
+	})
+}
+
+// TestFirstSeenAndRecreatedPod: FirstSeen is the time of the pod's first
+// event; a pod re-created under the same name is a new pod.
+func TestFirstSeenAndRecreatedPod(t *testing.T) {
+	ctx := testContext(t)
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(start)
+	client := fakeClient()
+	s := startStack(ctx, t, client, stackOptions{clock: clk})
+	pods := client.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, newPod("p"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "p known", func() bool { return s.store.HasPod("uid-p") })
+	clk.SetTime(start.Add(time.Hour))
+	again := newPod("p")
+	again.ResourceVersion = "2"
+	again.Labels = map[string]string{"touched": "yes"}
+	if _, err := pods.Update(ctx, again, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.store.Pod("uid-p"); !p.FirstSeen.Equal(start) {
+		t.Errorf("FirstSeen = %v, want %v (the first event)", p.FirstSeen, start)
+	}
+
+	// Same name, new UID, and the deletion was never seen.
+	recreated := newPod("p")
+	recreated.UID = "uid-p2"
+	recreated.ResourceVersion = "3"
+	if _, err := pods.Update(ctx, recreated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "old UID gone, new UID known", func() bool {
+		return !s.store.HasPod("uid-p") && s.store.HasPod("uid-p2")
+	})
+	if got := s.store.Pods(); len(got) != 1 || got[0] != types.UID("uid-p2") {
+		t.Errorf("known pods = %v, want [uid-p2]", got)
+	}
+}

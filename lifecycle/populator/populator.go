@@ -1,0 +1,292 @@
+package populator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+)
+
+// defaultWorkers is the number of pods resolved in parallel. Resolving
+// reads caches only, so a few workers keep up with any pod churn.
+const defaultWorkers = 2
+
+// Config configures a Populator.
+type Config struct {
+	// Source serves the pods and the objects they reference. Required.
+	Source Source
+	// DesiredState receives the result. Required.
+	DesiredState DesiredState
+	// Policies tells which lifecycle modes each driver supports and whether
+	// its volumes need a VolumeAttachment. Required.
+	Policies DriverPolicies
+	// NodeName names this node, for the VolumeAttachment names. Required.
+	NodeName string
+	// RemoveTerminatingPods removes a pod from the desired state as soon as
+	// it is marked for deletion (deletionTimestamp set), instead of when it
+	// is deleted or terminal. For nodes without a kubelet, where nobody
+	// stops the pod's containers before it is deleted.
+	RemoveTerminatingPods bool
+	// Workers is the number of pods resolved in parallel; 0 means 2.
+	Workers int
+	// Clock stamps when pods are first seen; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// Validate checks the required fields.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Source == nil {
+		errs = append(errs, errors.New("populator: Source is required"))
+	}
+	if c.DesiredState == nil {
+		errs = append(errs, errors.New("populator: DesiredState is required"))
+	}
+	if c.Policies == nil {
+		errs = append(errs, errors.New("populator: Policies is required"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("populator: NodeName is required"))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("populator: Workers must not be negative, got %d", c.Workers))
+	}
+	return errors.Join(errs...)
+}
+
+// Populator keeps the desired state of world in line with the node's pods.
+// Every pod event, change of a referenced object and driver policy change
+// enqueues the pods concerned; a worker resolves a pod from the caches and
+// replaces its desired state in one SetPod.
+type Populator struct {
+	cfg   Config
+	clock clock.PassiveClock
+	queue workqueue.TypedRateLimitingInterface[types.UID]
+
+	// mu protects firstSeen, initial and isSynced.
+	mu sync.Mutex
+	// firstSeen is when each pod's first event arrived; kept until the pod
+	// leaves.
+	firstSeen map[types.UID]time.Time
+	// initial are the pods known when the sources synced that have not
+	// been resolved yet; nil until the sources synced.
+	initial  map[types.UID]struct{}
+	isSynced bool
+	synced   chan struct{}
+}
+
+// New returns a Populator for cfg and subscribes it to the Source's and the
+// policies' events; nothing is processed until Run.
+func New(cfg Config) (*Populator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = defaultWorkers
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	p := &Populator{
+		cfg:   cfg,
+		clock: clk,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "populator"}),
+		firstSeen: make(map[types.UID]time.Time),
+		synced:    make(chan struct{}),
+	}
+	cfg.Source.OnPodChange(p.podChanged)
+	cfg.Policies.OnChange(p.driverChanged)
+	return p, nil
+}
+
+// Run waits for the Source and the policies to sync, resolves every pod once
+// and then every pod that an event concerns, until ctx ends. It returns
+// after its workers have stopped; the error is non-nil only if ctx ended
+// before the caches synced.
+func (p *Populator) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer p.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithName("populator")
+	ctx = klog.NewContext(ctx, logger)
+
+	logger.V(2).Info("Waiting for sources to sync")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced) {
+		return fmt.Errorf("populator: caches did not sync: %w", context.Cause(ctx))
+	}
+	pods := p.cfg.Source.Pods()
+	p.mu.Lock()
+	p.initial = make(map[types.UID]struct{}, len(pods))
+	for _, pod := range pods {
+		p.initial[pod.UID] = struct{}{}
+	}
+	p.checkSyncedLocked(logger)
+	p.mu.Unlock()
+	for _, pod := range pods {
+		p.podChanged(pod.UID)
+	}
+	logger.V(2).Info("Starting workers", "workers", p.cfg.Workers, "pods", len(pods))
+
+	var wg sync.WaitGroup
+	for range p.cfg.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, p.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	p.queue.ShutDown()
+	wg.Wait()
+	logger.V(2).Info("Stopped")
+	return nil
+}
+
+// HasSynced tells whether the desired state is complete: the sources have
+// synced and every pod known then has been resolved once. Nothing may be
+// torn down before, since a pod not yet resolved looks like a pod that
+// wants nothing.
+func (p *Populator) HasSynced() bool {
+	select {
+	case <-p.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// Synced returns a channel closed when HasSynced becomes true.
+func (p *Populator) Synced() <-chan struct{} { return p.synced }
+
+// podChanged enqueues a pod and notes when it was first seen.
+func (p *Populator) podChanged(uid types.UID) {
+	p.mu.Lock()
+	if _, ok := p.firstSeen[uid]; !ok {
+		p.firstSeen[uid] = p.clock.Now()
+	}
+	p.mu.Unlock()
+	p.queue.Add(uid)
+}
+
+// driverChanged re-resolves every pod when a driver's policy changes; such
+// changes are rare and resolving is cheap.
+func (p *Populator) driverChanged(string) {
+	for _, pod := range p.cfg.Source.Pods() {
+		p.queue.Add(pod.UID)
+	}
+}
+
+func (p *Populator) runWorker(ctx context.Context) {
+	for p.processNext(ctx) {
+	}
+}
+
+func (p *Populator) processNext(ctx context.Context) bool {
+	uid, shutdown := p.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer p.queue.Done(uid)
+	if err := p.syncPod(ctx, uid); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to resolve pod volumes, will retry", "podUID", uid)
+		p.queue.AddRateLimited(uid)
+		return true
+	}
+	p.queue.Forget(uid)
+	return true
+}
+
+// syncPod brings one pod's desired state up to date. A nil error with
+// nothing written means the pod waits for a cache to sync; the Source
+// enqueues it again then.
+func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
+	logger := klog.FromContext(ctx)
+	pod, ok := p.cfg.Source.Pod(uid)
+	if !ok || p.leaving(pod) {
+		p.cfg.DesiredState.DeletePod(uid)
+		p.cfg.Source.SetReferences(uid, source.References{})
+		p.mu.Lock()
+		delete(p.firstSeen, uid)
+		p.mu.Unlock()
+		logger.V(4).Info("Pod left the desired state", "podUID", uid, "exists", ok)
+		p.resolved(logger, uid)
+		return nil
+	}
+	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "podUID", uid)
+
+	var previous []dsw.Use
+	if cur, ok := p.cfg.DesiredState.Pod(uid); ok {
+		previous = cur.Uses
+	}
+	r := p.newResolver(klog.NewContext(ctx, logger), pod, previous)
+	res, err := r.resolve()
+	if err != nil {
+		return err
+	}
+	if res.pending {
+		logger.V(4).Info("Waiting for referenced objects to be cached")
+		return nil
+	}
+	// References first: the reconciler may act on the new desired state at
+	// once, and the VolumeAttachments it waits for must be watched by then.
+	p.cfg.Source.SetReferences(uid, res.refs)
+	p.cfg.DesiredState.SetPod(dsw.Pod{
+		Info:      r.info,
+		FirstSeen: p.firstSeenOf(uid),
+		Uses:      res.uses,
+		Errors:    res.errs,
+	})
+	logger.V(4).Info("Resolved pod volumes", "volumes", len(res.uses), "errors", len(res.errs))
+	p.resolved(logger, uid)
+	return nil
+}
+
+// leaving tells whether the pod no longer wants its volumes: it is terminal,
+// or (RemoveTerminatingPods) marked for deletion.
+func (p *Populator) leaving(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	return p.cfg.RemoveTerminatingPods && pod.DeletionTimestamp != nil
+}
+
+func (p *Populator) firstSeenOf(uid types.UID) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.firstSeen[uid]; ok {
+		return t
+	}
+	now := p.clock.Now()
+	p.firstSeen[uid] = now
+	return now
+}
+
+// resolved records that a pod known at sync time has been resolved once.
+func (p *Populator) resolved(logger klog.Logger, uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.initial == nil {
+		return
+	}
+	delete(p.initial, uid)
+	p.checkSyncedLocked(logger)
+}
+
+func (p *Populator) checkSyncedLocked(logger klog.Logger) {
+	if p.isSynced || len(p.initial) > 0 {
+		return
+	}
+	p.isSynced = true
+	close(p.synced)
+	logger.V(2).Info("Desired state of world populated")
+}

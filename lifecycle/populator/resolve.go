@@ -1,0 +1,384 @@
+package populator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+const (
+	// pvcProtectionFinalizer keeps a claim in use from being deleted; a
+	// claim being deleted without it is not used (as the kubelet).
+	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
+	// mountOptionsAnnotation is the deprecated PV annotation whose
+	// comma-separated options the kubelet adds to spec.mountOptions.
+	mountOptionsAnnotation = "volume.beta.kubernetes.io/mount-options"
+)
+
+// resolver resolves the volumes of one pod. It is used by one goroutine.
+type resolver struct {
+	ctx     context.Context
+	p       *Populator
+	pod     *corev1.Pod
+	info    volume.PodInfo
+	fsGroup *int64
+	mounts  sets.Set[string]
+	devices sets.Set[string]
+	// previous are the pod's current desired uses by spec name: a volume
+	// that was resolved once is kept when resolving it again fails (a
+	// running pod's volume is never torn down because, e.g., its claim is
+	// being deleted), as the kubelet, which resolves a pod once.
+	previous map[string]dsw.Use
+	refs     source.References
+	res      resolution
+}
+
+// resolution is the outcome of resolving a pod.
+type resolution struct {
+	uses []dsw.Use
+	errs []dsw.VolumeError
+	refs source.References
+	// pending: some referenced object is not cached yet; nothing is to be
+	// written until the Source reports it.
+	pending bool
+}
+
+// claimVolume is a pod volume backed by a claim.
+type claimVolume struct {
+	spec      string
+	claim     string
+	readOnly  bool
+	ephemeral bool
+	pvc       *corev1.PersistentVolumeClaim
+}
+
+func (p *Populator) newResolver(ctx context.Context, pod *corev1.Pod, previous []dsw.Use) *resolver {
+	r := &resolver{
+		ctx: ctx,
+		p:   p,
+		pod: pod,
+		info: volume.PodInfo{
+			UID:            pod.UID,
+			Namespace:      pod.Namespace,
+			Name:           pod.Name,
+			ServiceAccount: pod.Spec.ServiceAccountName,
+		},
+		previous: make(map[string]dsw.Use, len(previous)),
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		g := *sc.FSGroup
+		r.fsGroup = &g
+	}
+	for _, u := range previous {
+		r.previous[u.Volume.SpecName] = u
+	}
+	r.mounts, r.devices = podVolumeNames(pod)
+	return r
+}
+
+// podVolumeNames returns the names of the volumes the pod's containers,
+// init containers and ephemeral containers mount and map.
+func podVolumeNames(pod *corev1.Pod) (mounts, devices sets.Set[string]) {
+	mounts, devices = sets.New[string](), sets.New[string]()
+	add := func(c *corev1.Container) {
+		for _, m := range c.VolumeMounts {
+			mounts.Insert(m.Name)
+		}
+		for _, d := range c.VolumeDevices {
+			devices.Insert(d.Name)
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		add(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		add(&pod.Spec.Containers[i])
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		add((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
+	return mounts, devices
+}
+
+// resolve resolves every used volume. It returns an error only for
+// unexpected cache errors; invalid specs become VolumeErrors.
+func (r *resolver) resolve() (resolution, error) {
+	var claims []*claimVolume
+	seen := sets.New[string]()
+	for i := range r.pod.Spec.Volumes {
+		v := &r.pod.Spec.Volumes[i]
+		if seen.Has(v.Name) || (!r.mounts.Has(v.Name) && !r.devices.Has(v.Name)) {
+			continue // a duplicate name (never valid), or not used by any container
+		}
+		seen.Insert(v.Name)
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claims = append(claims, &claimVolume{spec: v.Name, claim: v.PersistentVolumeClaim.ClaimName,
+				readOnly: v.PersistentVolumeClaim.ReadOnly})
+		case v.Ephemeral != nil:
+			// A generic ephemeral volume is the claim <pod>-<volume>, which
+			// must be controlled by the pod (component-helpers ephemeral).
+			claims = append(claims, &claimVolume{spec: v.Name, claim: r.pod.Name + "-" + v.Name, ephemeral: true})
+		case v.CSI != nil:
+			r.inline(v.Name, v.CSI)
+		}
+		// Other volume types are not CSI volumes: not ours.
+	}
+	if len(claims) == 0 {
+		r.res.refs = r.refs
+		return r.res, nil
+	}
+
+	for _, c := range claims {
+		if c.claim != "" {
+			r.refs.PVCs = append(r.refs.PVCs, cache.ObjectName{Namespace: r.pod.Namespace, Name: c.claim})
+		}
+	}
+	r.p.cfg.Source.AddReferences(r.pod.UID, r.refs)
+	var bound []*claimVolume
+	for _, c := range claims {
+		ok, err := r.claim(c)
+		if err != nil {
+			return resolution{}, err
+		}
+		if ok {
+			bound = append(bound, c)
+			r.refs.PVs = append(r.refs.PVs, c.pvc.Spec.VolumeName)
+		}
+	}
+	if len(bound) > 0 {
+		r.p.cfg.Source.AddReferences(r.pod.UID, r.refs)
+	}
+	for _, c := range bound {
+		if err := r.persistent(c); err != nil {
+			return resolution{}, err
+		}
+	}
+	r.res.refs = r.refs
+	r.dedupe()
+	return r.res, nil
+}
+
+// claim checks a volume's claim; ok means it is bound and its PV is next.
+func (r *resolver) claim(c *claimVolume) (bool, error) {
+	key := r.pod.Namespace + "/" + c.claim
+	if c.claim == "" {
+		r.fail(c.spec, invalid("the volume names no PVC"))
+		return false, nil
+	}
+	pvc, err := r.p.cfg.Source.PVC(r.pod.Namespace, c.claim)
+	switch {
+	case errors.Is(err, source.ErrNotSynced):
+		r.res.pending = true
+		return false, nil
+	case apierrors.IsNotFound(err):
+		r.fail(c.spec, invalid("PVC %q not found", key))
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading PVC %s: %w", key, err)
+	}
+	switch {
+	case c.ephemeral && (pvc.Namespace != r.pod.Namespace || !metav1.IsControlledBy(pvc, r.pod)):
+		r.fail(c.spec, invalid("PVC %q was not created for pod %s/%s (pod is not owner)", key, r.pod.Namespace, r.pod.Name))
+	case pvc.DeletionTimestamp != nil && !slices.Contains(pvc.Finalizers, pvcProtectionFinalizer):
+		r.fail(c.spec, invalid("PVC %q is being deleted", key))
+	case pvc.Status.Phase != corev1.ClaimBound:
+		r.fail(c.spec, invalid("PVC %q is not bound", key))
+	case pvc.Spec.VolumeName == "":
+		r.fail(c.spec, invalid("PVC %q is bound but names no PV (empty spec.volumeName)", key))
+	default:
+		c.pvc = pvc
+		return true, nil
+	}
+	return false, nil
+}
+
+// persistent resolves the PV of a bound claim.
+func (r *resolver) persistent(c *claimVolume) error {
+	pvName, claimKey := c.pvc.Spec.VolumeName, c.pvc.Namespace+"/"+c.pvc.Name
+	pv, err := r.p.cfg.Source.PV(pvName)
+	switch {
+	case errors.Is(err, source.ErrNotSynced):
+		r.res.pending = true
+		return nil
+	case apierrors.IsNotFound(err):
+		r.fail(c.spec, invalid("PV %q of PVC %q not found", pvName, claimKey))
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading PV %s: %w", pvName, err)
+	}
+	csi := pv.Spec.CSI
+	accessType := volume.Filesystem
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		accessType = volume.Block
+	}
+	switch {
+	case pv.Spec.ClaimRef == nil:
+		r.fail(c.spec, invalid("PV %q is not bound to PVC %q (no claimRef)", pvName, claimKey))
+	case pv.Spec.ClaimRef.UID != c.pvc.UID:
+		r.fail(c.spec, invalid("PV %q is bound to another claim (claimRef UID %q, PVC %q has UID %q)",
+			pvName, pv.Spec.ClaimRef.UID, claimKey, c.pvc.UID))
+	case csi == nil:
+		r.fail(c.spec, invalid("PV %q is not a CSI volume", pvName))
+	case csi.Driver == "" || csi.VolumeHandle == "":
+		r.fail(c.spec, invalid("PV %q has no CSI driver or volumeHandle", pvName))
+	case r.mounts.Has(c.spec) && accessType != volume.Filesystem:
+		r.fail(c.spec, invalid("PV %q has volumeMode Block, but is used in volumeMounts", pvName))
+	case r.devices.Has(c.spec) && accessType != volume.Block:
+		r.fail(c.spec, invalid("PV %q has volumeMode Filesystem, but is used in volumeDevices", pvName))
+	case !r.p.cfg.Policies.Get(csi.Driver).SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent):
+		r.fail(c.spec, invalid("CSI driver %q does not support Persistent volumes (PV %q)", csi.Driver, pvName))
+	default:
+		src := volume.Source{
+			Driver:        csi.Driver,
+			Handle:        csi.VolumeHandle,
+			PVName:        pv.Name,
+			AccessType:    accessType,
+			AccessModes:   slices.Clone(pv.Spec.AccessModes),
+			FSType:        csi.FSType,
+			MountOptions:  mountOptions(pv),
+			Attributes:    maps.Clone(csi.VolumeAttributes),
+			StageSecret:   secretRef(csi.NodeStageSecretRef),
+			PublishSecret: secretRef(csi.NodePublishSecretRef),
+			ExpandSecret:  secretRef(csi.NodeExpandSecretRef),
+		}
+		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+			src.CapacityBytes = q.Value()
+		}
+		name := volume.PersistentName(src.Driver, src.Handle)
+		if r.p.cfg.Policies.Get(src.Driver).AttachRequired {
+			r.refs.Attachments = append(r.refs.Attachments, source.Attachment{
+				Name:   volume.AttachmentName(src.Handle, src.Driver, r.p.cfg.NodeName),
+				Volume: name,
+			})
+		}
+		r.use(name, src, c.spec, c.readOnly)
+	}
+	return nil
+}
+
+// inline resolves a CSI inline (ephemeral) volume.
+func (r *resolver) inline(spec string, csi *corev1.CSIVolumeSource) {
+	switch {
+	case csi.Driver == "":
+		r.fail(spec, invalid("CSI inline volume has no driver"))
+	case r.devices.Has(spec):
+		r.fail(spec, invalid("CSI inline volume of driver %q cannot be used in volumeDevices", csi.Driver))
+	case !r.p.cfg.Policies.Get(csi.Driver).SupportsLifecycleMode(storagev1.VolumeLifecycleEphemeral):
+		r.fail(spec, invalid("CSI driver %q does not support inline (Ephemeral) volumes", csi.Driver))
+	default:
+		src := volume.Source{
+			Driver:      csi.Driver,
+			Handle:      volume.InlineHandle(r.pod.UID, spec),
+			Inline:      true,
+			AccessType:  volume.Filesystem,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Attributes:  maps.Clone(csi.VolumeAttributes),
+		}
+		if csi.FSType != nil {
+			src.FSType = *csi.FSType
+		}
+		if ref := csi.NodePublishSecretRef; ref != nil {
+			src.PublishSecret = &volume.SecretRef{Namespace: r.pod.Namespace, Name: ref.Name}
+		}
+		r.use(volume.InlineName(r.pod.UID, spec), src, spec, csi.ReadOnly != nil && *csi.ReadOnly)
+	}
+}
+
+func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnly bool) {
+	r.res.uses = append(r.res.uses, dsw.Use{
+		Name:   name,
+		Source: src,
+		Volume: volume.PodVolume{Pod: r.info, SpecName: spec, ReadOnly: readOnly, FSGroup: r.fsGroup},
+	})
+}
+
+// fail records why a volume cannot be resolved, or keeps its previous
+// resolution (see resolver.previous).
+func (r *resolver) fail(spec string, err error) {
+	if prev, ok := r.previous[spec]; ok {
+		klog.FromContext(r.ctx).V(2).Info("Keeping the desired volume of a running pod although it no longer resolves",
+			"volume", prev.Name, "specName", spec, "reason", err.Error())
+		r.keepAttachment(prev)
+		r.res.uses = append(r.res.uses, prev)
+		return
+	}
+	r.res.errs = append(r.res.errs, dsw.VolumeError{SpecName: spec, Err: err})
+}
+
+// keepAttachment keeps watching the VolumeAttachment of a kept volume.
+func (r *resolver) keepAttachment(u dsw.Use) {
+	if u.Source.Inline || !r.p.cfg.Policies.Get(u.Source.Driver).AttachRequired {
+		return
+	}
+	r.refs.Attachments = append(r.refs.Attachments, source.Attachment{
+		Name:   volume.AttachmentName(u.Source.Handle, u.Source.Driver, r.p.cfg.NodeName),
+		Volume: u.Name,
+	})
+}
+
+// dedupe keeps one use per volume Name: two of a pod's volumes can name the
+// same claim. The first (in pod spec order) stays; it is read-only only if
+// all are.
+func (r *resolver) dedupe() {
+	out := r.res.uses[:0]
+	index := make(map[volume.Name]int, len(r.res.uses))
+	for _, u := range r.res.uses {
+		if i, ok := index[u.Name]; ok {
+			out[i].Volume.ReadOnly = out[i].Volume.ReadOnly && u.Volume.ReadOnly
+			continue
+		}
+		index[u.Name] = len(out)
+		out = append(out, u)
+	}
+	r.res.uses = out
+}
+
+func secretRef(ref *corev1.SecretReference) *volume.SecretRef {
+	if ref == nil {
+		return nil
+	}
+	return &volume.SecretRef{Namespace: ref.Namespace, Name: ref.Name}
+}
+
+// mountOptions returns spec.mountOptions plus those of the deprecated
+// annotation, as the kubelet's MountOptionFromSpec.
+func mountOptions(pv *corev1.PersistentVolume) []string {
+	opts := slices.Clone(pv.Spec.MountOptions)
+	if a, ok := pv.Annotations[mountOptionsAnnotation]; ok {
+		for _, o := range strings.Split(a, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				opts = append(opts, o)
+			}
+		}
+	}
+	return opts
+}
+
+// specError is an invalid volume specification with a human-readable
+// message that names the object at fault.
+type specError struct{ msg string }
+
+func (e *specError) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, volume.ErrInvalidSpec) hold.
+func (e *specError) Unwrap() error { return volume.ErrInvalidSpec }
+
+func invalid(format string, args ...any) error {
+	return &specError{msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,78 @@
+package source
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// PVC returns a referenced PersistentVolumeClaim from the cache. Errors:
+// ErrNotReferenced, ErrNotSynced (wait for OnPodChange), or the API's
+// NotFound when the claim does not exist. Never modify the result.
+func (s *Source) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return get[*corev1.PersistentVolumeClaim](s.caches[KindPersistentVolumeClaim],
+		cache.ObjectName{Namespace: namespace, Name: name})
+}
+
+// PV returns a referenced PersistentVolume from the cache; errors as PVC.
+// Never modify the result.
+func (s *Source) PV(name string) (*corev1.PersistentVolume, error) {
+	return get[*corev1.PersistentVolume](s.caches[KindPersistentVolume], cache.ObjectName{Name: name})
+}
+
+// VolumeAttachment returns a referenced VolumeAttachment (by its name,
+// volume.AttachmentName(handle, driver, node)) from the cache; errors as
+// PVC. ErrNotSynced and NotFound both mean "not attached yet": the volumes
+// waiting for it are reported to OnAttachmentChange when it changes. Never
+// modify the result.
+func (s *Source) VolumeAttachment(name string) (*storagev1.VolumeAttachment, error) {
+	return get[*storagev1.VolumeAttachment](s.caches[KindVolumeAttachment], cache.ObjectName{Name: name})
+}
+
+// Attachments returns a by-name VolumeAttachment getter over the Source's
+// caches, shaped like client-go's lister (lifecycle/operations'
+// Attachments interface).
+func (s *Source) Attachments() AttachmentGetter { return AttachmentGetter{s: s} }
+
+// AttachmentGetter reads referenced VolumeAttachments from the Source's
+// caches; see Source.Attachments.
+type AttachmentGetter struct{ s *Source }
+
+// Get returns the VolumeAttachment name. It fails with the API's NotFound
+// when the VolumeAttachment does not exist, and with an error wrapping
+// both volume.ErrNotAttached and ErrNotSynced (or ErrNotReferenced) while
+// its watch has not listed it yet: not attached as far as anyone can tell,
+// and OnAttachmentChange reports the volume when that changes.
+func (g AttachmentGetter) Get(name string) (*storagev1.VolumeAttachment, error) {
+	va, err := g.s.VolumeAttachment(name)
+	if errors.Is(err, ErrNotSynced) || errors.Is(err, ErrNotReferenced) {
+		return nil, fmt.Errorf("%w: %w", volume.ErrNotAttached, err)
+	}
+	return va, err
+}
+
+// Node returns the agent's own Node from the cache: ErrNotSynced before the
+// first list, the API's NotFound when it does not exist. Never modify the
+// result.
+func (s *Source) Node() (*corev1.Node, error) {
+	return get[*corev1.Node](s.node, s.nodeKey)
+}
+
+func get[T runtime.Object](c objectCache, key cache.ObjectName) (T, error) {
+	var zero T
+	obj, err := c.get(key)
+	if err != nil {
+		return zero, err
+	}
+	typed, ok := obj.(T)
+	if !ok {
+		return zero, fmt.Errorf("unexpected %T in the cache of %s", obj, key)
+	}
+	return typed, nil
+}

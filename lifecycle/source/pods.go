@@ -1,0 +1,152 @@
+package source
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// uidIndex indexes the pod cache by UID.
+const uidIndex = "uid"
+
+// setupPods creates the informer of the pods bound to the node and
+// registers the event handlers.
+func (s *Source) setupPods() error {
+	selector := fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
+	s.podF = informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
+		informers.WithTransform(stripManagedFields))
+	s.podInf = s.podF.Core().V1().Pods().Informer()
+	if err := s.podInf.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, fmt.Errorf("unexpected %T in the pod cache", obj)
+		}
+		return []string{string(pod.UID)}, nil
+	}}); err != nil {
+		return fmt.Errorf("adding the pod UID index: %w", err)
+	}
+	reg, err := s.podInf.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.onPodAdd,
+		UpdateFunc: s.onPodUpdate,
+		DeleteFunc: s.onPodDelete,
+	}, cache.HandlerOptions{Logger: &s.logger})
+	if err != nil {
+		return fmt.Errorf("adding the pod event handler: %w", err)
+	}
+	s.podsReg = reg
+	return nil
+}
+
+// Pod returns the pod with the given UID if it is bound to this node. The
+// pod is shared with the cache: never modify it.
+func (s *Source) Pod(uid types.UID) (*corev1.Pod, bool) {
+	objs, err := s.podInf.GetIndexer().ByIndex(uidIndex, string(uid))
+	if err != nil {
+		s.logger.Error(err, "Failed to read the pod cache", "podUID", uid)
+		return nil, false
+	}
+	for _, obj := range objs {
+		if pod, ok := obj.(*corev1.Pod); ok && s.ours(pod) {
+			return pod, true
+		}
+	}
+	return nil, false
+}
+
+// Pods returns every pod bound to this node. The pods are shared with the
+// cache: never modify them.
+func (s *Source) Pods() []*corev1.Pod {
+	objs := s.podInf.GetIndexer().List()
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		if pod, ok := obj.(*corev1.Pod); ok && s.ours(pod) {
+			pods = append(pods, pod)
+		}
+	}
+	return pods
+}
+
+// ours double-checks the field selector (fake clientsets ignore it).
+func (s *Source) ours(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName == s.cfg.NodeName
+}
+
+func (s *Source) onPodAdd(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		s.logger.Error(nil, "Unexpected object in pod add event", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	if !s.ours(pod) {
+		return
+	}
+	s.rememberPod(pod)
+	s.logger.V(5).Info("Pod added", "pod", klog.KObj(pod), "podUID", pod.UID)
+	s.notifyPods([]types.UID{pod.UID})
+}
+
+func (s *Source) onPodUpdate(oldObj, newObj any) {
+	oldPod, ok1 := oldObj.(*corev1.Pod)
+	newPod, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		s.logger.Error(nil, "Unexpected object in pod update event", "type", fmt.Sprintf("%T", newObj))
+		return
+	}
+	if oldPod.ResourceVersion == newPod.ResourceVersion {
+		return // resync echo
+	}
+	uids := []types.UID{newPod.UID}
+	if oldPod.UID != newPod.UID {
+		// The pod was re-created under the same name and the deletion
+		// was missed: the old one is gone.
+		uids = append(uids, oldPod.UID)
+	}
+	if s.ours(newPod) {
+		s.rememberPod(newPod)
+	}
+	s.logger.V(5).Info("Pod updated", "pod", klog.KObj(newPod), "podUID", newPod.UID)
+	s.notifyPods(uids)
+}
+
+func (s *Source) onPodDelete(obj any) {
+	var key cache.ObjectName
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+		if k, err := cache.ParseObjectName(tomb.Key); err == nil {
+			key = k
+		}
+	}
+	var uid types.UID
+	if pod, ok := obj.(*corev1.Pod); ok {
+		uid, key = pod.UID, cache.MetaObjectToName(pod)
+	}
+	s.mu.Lock()
+	if known, ok := s.podNames[key]; ok {
+		if uid == "" {
+			uid = known // final state unknown: the UID last seen under that name
+		}
+		if known == uid {
+			delete(s.podNames, key)
+		}
+	}
+	s.mu.Unlock()
+	if uid == "" {
+		s.logger.Error(nil, "Pod deletion without a known UID", "pod", key)
+		return
+	}
+	s.logger.V(5).Info("Pod deleted", "pod", key, "podUID", uid)
+	s.notifyPods([]types.UID{uid})
+}
+
+func (s *Source) rememberPod(pod *corev1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.podNames[cache.MetaObjectToName(pod)] = pod.UID
+}

@@ -1,0 +1,357 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// Config configures a Source.
+type Config struct {
+	// Client talks to the API server. Required.
+	Client kubernetes.Interface
+	// NodeName is the node whose pods the Source serves. Required.
+	NodeName string
+	// ClusterWideInformers caches all PersistentVolumeClaims,
+	// PersistentVolumes and VolumeAttachments of the cluster through
+	// cluster-wide informers instead of watching each referenced object by
+	// name. It saves one watch per referenced object, at the price of
+	// memory and API server load that grow with the cluster: only for small
+	// clusters. The Node is always watched by name.
+	ClusterWideInformers bool
+}
+
+// Validate checks the required fields.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("source: Client is required"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("source: NodeName is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Source serves this node's pods and the objects they reference from
+// caches, and turns changes into notifications. Objects returned by its
+// getters are shared with the caches: never modify them.
+//
+// The populator declares each pod's References; an object is watched from
+// its first reference until its last one goes (in by-name mode), and every
+// change to it is reported to OnPodChange subscribers as the UIDs of the
+// pods referencing it. A just-referenced object reads as ErrNotSynced until
+// its watch has listed it, and its referencing pods are notified then.
+type Source struct {
+	cfg      Config
+	logger   klog.Logger
+	podsReg  cache.ResourceEventHandlerRegistration
+	podInf   cache.SharedIndexInformer
+	podF     informers.SharedInformerFactory
+	clusterF informers.SharedInformerFactory // nil in by-name mode
+	caches   map[Kind]objectCache            // PVC, PV, VolumeAttachment
+	node     *byNameCache
+	nodeKey  cache.ObjectName
+	runOnce  sync.Once
+
+	// mu protects refs, users, podNames and the subscriber lists.
+	mu sync.Mutex
+	// refs are the references each pod declared.
+	refs map[types.UID]*podRefs
+	// users are the pods referencing each object.
+	users map[refKey]map[types.UID]struct{}
+	// podNames maps a pod's namespace/name to its UID, for deletions whose
+	// final state is unknown.
+	podNames           map[cache.ObjectName]types.UID
+	podHandlers        []func(types.UID)
+	attachmentHandlers []func(volume.Name)
+	nodeHandlers       []func()
+}
+
+// refKey identifies a referenced object.
+type refKey struct {
+	kind Kind
+	name cache.ObjectName
+}
+
+// podRefs are one pod's references.
+type podRefs struct {
+	keys map[refKey]struct{}
+	// attachVolumes are the volumes waiting for each VolumeAttachment.
+	attachVolumes map[string][]volume.Name
+}
+
+// New returns a Source for cfg. Event handlers log through the logger in
+// ctx. Subscribe (OnPodChange, ...) before Run to see every event.
+func New(ctx context.Context, cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx).WithName("source")
+	s := &Source{
+		cfg:      cfg,
+		logger:   logger,
+		caches:   make(map[Kind]objectCache),
+		nodeKey:  cache.ObjectName{Name: cfg.NodeName},
+		refs:     make(map[types.UID]*podRefs),
+		users:    make(map[refKey]map[types.UID]struct{}),
+		podNames: make(map[cache.ObjectName]types.UID),
+	}
+	if err := s.setupPods(); err != nil {
+		return nil, err
+	}
+	if err := s.setupObjects(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// setupObjects creates the caches of the referenced kinds.
+func (s *Source) setupObjects() error {
+	client := s.cfg.Client
+	core, storage := client.CoreV1(), client.StorageV1()
+	s.node = newByNameCache(KindNode, corev1.Resource("nodes"), &corev1.Node{}, listWatchFuncs{
+		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Nodes().List(ctx, o)
+		},
+		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Nodes().Watch(ctx, o)
+		},
+		client: client,
+	}, func(cache.ObjectName) { s.nodeChanged() })
+	s.node.watch(s.nodeKey) // the agent's own Node is always referenced
+
+	if s.cfg.ClusterWideInformers {
+		s.clusterF = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+		for kind, inf := range map[Kind]cache.SharedIndexInformer{
+			KindPersistentVolumeClaim: s.clusterF.Core().V1().PersistentVolumeClaims().Informer(),
+			KindPersistentVolume:      s.clusterF.Core().V1().PersistentVolumes().Informer(),
+			KindVolumeAttachment:      s.clusterF.Storage().V1().VolumeAttachments().Informer(),
+		} {
+			c, err := newInformerCache(s.logger, kind, resourceOf(kind), inf, s.objectChanged(kind))
+			if err != nil {
+				return err
+			}
+			s.caches[kind] = c
+		}
+		return nil
+	}
+	s.caches[KindPersistentVolumeClaim] = newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim),
+		&corev1.PersistentVolumeClaim{}, listWatchFuncs{
+			list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+				return core.PersistentVolumeClaims(ns).List(ctx, o)
+			},
+			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
+			},
+			client: client,
+		}, s.objectChanged(KindPersistentVolumeClaim))
+	s.caches[KindPersistentVolume] = newByNameCache(KindPersistentVolume, resourceOf(KindPersistentVolume),
+		&corev1.PersistentVolume{}, listWatchFuncs{
+			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
+				return core.PersistentVolumes().List(ctx, o)
+			},
+			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
+				return core.PersistentVolumes().Watch(ctx, o)
+			},
+			client: client,
+		}, s.objectChanged(KindPersistentVolume))
+	s.caches[KindVolumeAttachment] = newByNameCache(KindVolumeAttachment, resourceOf(KindVolumeAttachment),
+		&storagev1.VolumeAttachment{}, listWatchFuncs{
+			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
+				return storage.VolumeAttachments().List(ctx, o)
+			},
+			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
+				return storage.VolumeAttachments().Watch(ctx, o)
+			},
+			client: client,
+		}, s.objectChanged(KindVolumeAttachment))
+	return nil
+}
+
+// Run starts the pod informer and the watches, and blocks until ctx ends;
+// then it stops them all and returns once they have stopped. Call it once.
+func (s *Source) Run(ctx context.Context) {
+	ran := false
+	s.runOnce.Do(func() { ran = true })
+	if !ran {
+		s.logger.Error(nil, "Source.Run called more than once")
+		return
+	}
+	ctx = klog.NewContext(ctx, s.logger)
+	s.logger.V(2).Info("Starting sources", "node", s.cfg.NodeName, "clusterWideInformers", s.cfg.ClusterWideInformers)
+	s.podF.Start(ctx.Done())
+	if s.clusterF != nil {
+		s.clusterF.Start(ctx.Done())
+	}
+	var wg sync.WaitGroup
+	for _, c := range append(s.byNameCaches(), s.node) {
+		wg.Go(func() { c.run(ctx) })
+	}
+	<-ctx.Done()
+	s.podF.Shutdown()
+	if s.clusterF != nil {
+		s.clusterF.Shutdown()
+	}
+	wg.Wait()
+	s.logger.V(2).Info("Stopped sources")
+}
+
+func (s *Source) byNameCaches() []*byNameCache {
+	var out []*byNameCache
+	for _, c := range s.caches {
+		if b, ok := c.(*byNameCache); ok {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// HasSynced tells whether the pods of the node, the Node and (with
+// ClusterWideInformers) the cluster-wide caches have been listed. Caches of
+// individual referenced objects sync later and report ErrNotSynced until
+// then.
+func (s *Source) HasSynced() bool {
+	if !s.podsReg.HasSynced() || !s.node.synced(s.nodeKey) {
+		return false
+	}
+	for _, c := range s.caches {
+		if !c.hasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats tells how many watches are open and how many objects are cached.
+func (s *Source) Stats() Stats {
+	st := Stats{Watches: map[Kind]int{KindPod: 1}, Objects: map[Kind]int{}}
+	st.Objects[KindPod] = len(s.podInf.GetIndexer().ListKeys())
+	st.Watches[KindNode], st.Objects[KindNode] = s.node.stats()
+	for kind, c := range s.caches {
+		st.Watches[kind], st.Objects[kind] = c.stats()
+	}
+	return st
+}
+
+// OnPodChange subscribes fn to "this pod needs re-evaluation": the pod was
+// added, updated (a new resourceVersion) or deleted, or an object it
+// references (AddReferences, SetReferences) changed, was deleted or was
+// first listed. fn runs on an informer or watch goroutine and must not block.
+func (s *Source) OnPodChange(fn func(uid types.UID)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.podHandlers = append(s.podHandlers, fn)
+}
+
+// OnAttachmentChange subscribes fn to changes of referenced
+// VolumeAttachments (including their first listing and their deletion),
+// reported as the volumes waiting for them (References.Attachments). fn
+// must not block.
+func (s *Source) OnAttachmentChange(fn func(volume.Name)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attachmentHandlers = append(s.attachmentHandlers, fn)
+}
+
+// OnNodeChange subscribes fn to changes of the agent's own Node object
+// (including its first listing, creation and deletion). fn must not block.
+func (s *Source) OnNodeChange(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodeHandlers = append(s.nodeHandlers, fn)
+}
+
+func (s *Source) notifyPods(uids []types.UID) {
+	if len(uids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	handlers := s.podHandlers
+	s.mu.Unlock()
+	for _, fn := range handlers {
+		for _, uid := range uids {
+			fn(uid)
+		}
+	}
+}
+
+// objectChanged returns the change callback of a referenced kind: it tells
+// the pods referencing the object, and for VolumeAttachments the volumes
+// waiting for it.
+func (s *Source) objectChanged(kind Kind) func(cache.ObjectName) {
+	return func(name cache.ObjectName) {
+		key := refKey{kind: kind, name: name}
+		s.mu.Lock()
+		var (
+			uids []types.UID
+			vols []volume.Name
+		)
+		for uid := range s.users[key] {
+			uids = append(uids, uid)
+			if kind == KindVolumeAttachment {
+				for _, v := range s.refs[uid].attachVolumes[name.Name] {
+					if !slices.Contains(vols, v) {
+						vols = append(vols, v)
+					}
+				}
+			}
+		}
+		attachHandlers := s.attachmentHandlers
+		s.mu.Unlock()
+		if len(uids) == 0 {
+			return // not referenced (any more): nobody to tell
+		}
+		s.logger.V(5).Info("Referenced object changed", "kind", kind, "object", name, "pods", len(uids))
+		if kind == KindVolumeAttachment {
+			for _, fn := range attachHandlers {
+				for _, v := range vols {
+					fn(v)
+				}
+			}
+			return
+		}
+		s.notifyPods(uids)
+	}
+}
+
+func (s *Source) nodeChanged() {
+	s.logger.V(5).Info("Node changed", "node", s.cfg.NodeName)
+	s.mu.Lock()
+	handlers := s.nodeHandlers
+	s.mu.Unlock()
+	for _, fn := range handlers {
+		fn()
+	}
+}
+
+func resourceOf(kind Kind) schema.GroupResource {
+	switch kind {
+	case KindPersistentVolumeClaim:
+		return corev1.Resource("persistentvolumeclaims")
+	case KindPersistentVolume:
+		return corev1.Resource("persistentvolumes")
+	case KindVolumeAttachment:
+		return storagev1.Resource("volumeattachments")
+	case KindNode:
+		return corev1.Resource("nodes")
+	case KindPod:
+		return corev1.Resource("pods")
+	}
+	return schema.GroupResource{Resource: string(kind)}
+}
