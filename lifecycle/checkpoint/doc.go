@@ -1,0 +1,8 @@
+// Package checkpoint keeps the agent's durable on-disk records: the per-pod
+// vol_data.json written before NodePublishVolume and the staged-volume
+// vol_data.json written before NodeStageVolume and removed only after
+// NodeUnstageVolume succeeded. Records are written atomically (temporary
+// file, fsync, rename, fsync of the directory) in the kubelet's format, a
+// JSON object of strings, so a reader of either tolerates the other's extra
+// keys; unreadable records are reported as ErrCorrupt.
+package checkpoint

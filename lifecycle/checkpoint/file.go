@@ -1,0 +1,132 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// DirMode is the mode of the directories MkdirAll creates, as the kubelet's.
+const DirMode os.FileMode = 0o750
+
+// fileMode is the mode of a record file. Records hold no secrets.
+const fileMode os.FileMode = 0o640
+
+// tempPattern names the temporary file a record is written to before it is
+// renamed into place: ".<name>.tmp-<random>" beside it.
+func tempPattern(path string) string {
+	return "." + filepath.Base(path) + ".tmp-*"
+}
+
+// WriteFile replaces path with data atomically and durably: data goes to a
+// temporary file in the same directory, which is fsynced, renamed over path,
+// and the directory is fsynced. After a crash, path holds either the old or
+// the new content, never a mix. Missing parent directories are created with
+// MkdirAll.
+func WriteFile(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	if err := MkdirAll(dir); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, tempPattern(path))
+	if err != nil {
+		return fmt.Errorf("creating temporary file for %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := f.Chmod(fileMode); err != nil {
+		f.Close()
+		return fmt.Errorf("setting the mode of %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("syncing %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("closing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("renaming %s to %s: %w", tmp, path, err)
+	}
+	return syncDir(dir)
+}
+
+// Remove deletes the record at path, and any temporary file a write of it
+// left behind when the agent died, and fsyncs the directory. A missing
+// record is not an error.
+func Remove(path string) error {
+	dir := filepath.Dir(path)
+	leftovers, err := filepath.Glob(filepath.Join(dir, tempPattern(path)))
+	if err != nil {
+		return fmt.Errorf("listing temporary files of %s: %w", path, err)
+	}
+	removed := false
+	for _, p := range append(leftovers, path) {
+		switch err := os.Remove(p); {
+		case err == nil:
+			removed = true
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("removing %s: %w", p, err)
+		}
+	}
+	if !removed {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+// MkdirAll creates dir and its missing parents with DirMode, fsyncing the
+// parent of every directory it creates, so the new entries survive a crash.
+// An existing directory is fine; an existing non-directory is an error.
+func MkdirAll(dir string) error {
+	var missing []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("creating directory %s: %s is not a directory", dir, p)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("creating directory %s: %w", dir, err)
+		}
+		missing = append(missing, p)
+		if parent := filepath.Dir(p); parent == p {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], DirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("creating directory %s: %w", missing[i], err)
+		}
+		if err := syncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory so that entries created, renamed or removed in
+// it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening directory %s to sync it: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package operations
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// WaitForAttach checks, without waiting, whether volume name may be staged
+// as far as attach goes, and records the answer in the actual state (with
+// the publish_context that Stage and Publish send):
+//
+//   - inline volumes are never attached: nothing to do, nothing recorded;
+//   - when the driver's policy says attachRequired=false the volume counts
+//     as attached with a nil publish_context;
+//   - otherwise the VolumeAttachment volume.AttachmentName(handle, driver,
+//     node) is read from the Attachments cache: status.attached makes the
+//     volume attached with status.attachmentMetadata as publish_context; a
+//     missing or not yet attached object, one being deleted, or one with
+//     status.attachError is an error wrapping volume.ErrNotAttached (naming
+//     the attach error's message). The caller retries when the
+//     VolumeAttachment changes.
+func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src volume.Source) (err error) {
+	if src.Inline {
+		return nil
+	}
+	unlock, err := o.locks.lockVolume(ctx, name, false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	start := time.Now()
+	defer func() { o.observe(src.Driver, volume.StepWaitForAttach, start, err) }()
+	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", src.Driver)
+
+	if !o.policies.Get(src.Driver).AttachRequired {
+		o.state.RecordAttach(name, volumeID(src), nil, nil)
+		logger.V(4).Info("Volume needs no attach")
+		return nil
+	}
+	vaName := volume.AttachmentName(src.Handle, src.Driver, o.nodeName)
+	publishContext, err := o.attachment(vaName)
+	o.state.RecordAttach(name, volumeID(src), publishContext, err)
+	if err != nil {
+		logger.V(4).Info("Volume is not attached", "volumeAttachment", vaName, "err", err)
+		return err
+	}
+	logger.V(4).Info("Volume is attached", "volumeAttachment", vaName)
+	return nil
+}
+
+// attachment reads the VolumeAttachment vaName and returns its
+// attachmentMetadata when it is attached (reference §1.2 step 5).
+func (o *Operations) attachment(vaName string) (map[string]string, error) {
+	va, err := o.attachments.Get(vaName)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w: VolumeAttachment %s does not exist", volume.ErrNotAttached, vaName)
+	case err != nil:
+		return nil, fmt.Errorf("reading VolumeAttachment %s: %w", vaName, err)
+	case va.DeletionTimestamp != nil:
+		return nil, fmt.Errorf("%w: VolumeAttachment %s is being deleted", volume.ErrNotAttached, vaName)
+	case va.Status.Attached:
+		return va.Status.AttachmentMetadata, nil
+	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
+		return nil, fmt.Errorf("%w: VolumeAttachment %s: attach failed: %s", volume.ErrNotAttached, vaName, va.Status.AttachError.Message)
+	}
+	return nil, fmt.Errorf("%w: VolumeAttachment %s is not attached yet", volume.ErrNotAttached, vaName)
+}
+
+// publishContext returns the publish_context for staging or publishing a
+// volume of src: nil for inline volumes and drivers without attach,
+// otherwise the attachmentMetadata WaitForAttach recorded, or an error
+// wrapping volume.ErrNotAttached when it has not found the volume attached.
+func (o *Operations) publishContext(name volume.Name, src volume.Source, attachRequired bool) (map[string]string, error) {
+	if src.Inline || !attachRequired {
+		return nil, nil
+	}
+	v, ok := o.state.Volume(name)
+	if !ok || !v.Attached {
+		return nil, fmt.Errorf("%w: %s (wait for attach first)", volume.ErrNotAttached, name)
+	}
+	return v.PublishContext, nil
+}

@@ -1,0 +1,76 @@
+package operations
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+func TestWaitForAttach(t *testing.T) {
+	src := pvSource()
+	vaName := volume.AttachmentName(src.Handle, src.Driver, testNode)
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name        string
+		va          *storagev1.VolumeAttachment
+		noAttach    bool
+		wantErr     string // substring; "" means success
+		wantContext map[string]string
+	}{
+		{name: "attach not required", noAttach: true},
+		{name: "missing", wantErr: "does not exist"},
+		{name: "not attached yet", va: &storagev1.VolumeAttachment{}, wantErr: "not attached yet"},
+		{name: "attach error", va: &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{
+			AttachError: &storagev1.VolumeError{Message: "rpc error: disk is locked"}}}, wantErr: "attach failed: rpc error: disk is locked"},
+		{name: "being deleted", va: &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}, wantErr: "being deleted"},
+		{name: "attached", va: &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{
+			Attached: true, AttachmentMetadata: map[string]string{"devicePath": "/dev/sdz"}}},
+			wantContext: map[string]string{"devicePath": "/dev/sdz"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{})
+			if tc.noAttach {
+				h.noAttach()
+			}
+			if tc.va != nil {
+				tc.va.Name = vaName
+				h.vas.set(tc.va)
+			}
+			name := volume.PersistentName(src.Driver, src.Handle)
+			err := h.ops.WaitForAttach(testContext(t), name, src)
+			v, _ := h.world.Volume(name)
+			if tc.wantErr != "" {
+				if !errors.Is(err, volume.ErrNotAttached) || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), vaName) {
+					t.Fatalf("WaitForAttach = %v, want ErrNotAttached naming %s with %q", err, vaName, tc.wantErr)
+				}
+				if v.Attached || v.LastError == nil || v.LastError.Step != volume.StepWaitForAttach {
+					t.Errorf("asw = %+v, want not attached with the error", v)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("WaitForAttach = %v", err)
+			}
+			if !v.Attached || len(v.PublishContext) != len(tc.wantContext) || v.PublishContext["devicePath"] != tc.wantContext["devicePath"] {
+				t.Errorf("asw = %+v, want attached with publish_context %v", v, tc.wantContext)
+			}
+		})
+	}
+}
+
+func TestWaitForAttachOfInlineVolumeRecordsNothing(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	name := volume.InlineName("uid", "scratch")
+	if err := h.ops.WaitForAttach(testContext(t), name, volume.Source{Driver: testDriver, Inline: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.world.Volume(name); ok {
+		t.Error("an inline volume was recorded as attached")
+	}
+}

@@ -1,0 +1,8 @@
+// Package operations performs the CSI steps of the volume lifecycle on this
+// node, one step per call: WaitForAttach, Stage, Publish, Unpublish and
+// Unstage are plain methods that build the kubelet's requests, keep the
+// on-disk records (lifecycle/checkpoint) in the kubelet's layout
+// (lifecycle/paths), record every outcome in the actual state of world with
+// the uncertain-state rules of reference §1.8, and serialize the steps on a
+// volume so that the reconciler and the front endpoint can share them.
+package operations

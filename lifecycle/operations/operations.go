@@ -1,0 +1,154 @@
+package operations
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// ErrInvalidConfig is wrapped by the error New returns for an unusable
+// Config.
+var ErrInvalidConfig = errors.New("invalid operations config")
+
+// Config is what Operations need. Drivers, Policies, Attachments and State
+// are required.
+type Config struct {
+	// RootDir is the agent's root directory (absolute); see lifecycle/paths.
+	RootDir string
+	// NodeName is this node's name, for VolumeAttachment names and records.
+	NodeName string
+	// Drivers finds registered drivers' clients.
+	Drivers Drivers
+	// Policies gives each driver's CSIDriver policy.
+	Policies Policies
+	// Attachments reads VolumeAttachments for drivers that need attach.
+	Attachments Attachments
+	// State is the actual state of world (*asw.World).
+	State ActualState
+	// Secrets reads stage and publish Secrets; nil fails every volume that
+	// names one.
+	Secrets Secrets
+	// Tokens issues service account tokens; nil fails publishes for drivers
+	// whose CSIDriver has tokenRequests.
+	Tokens Tokens
+	// Mounts inspects the mount table; nil means mount.New("").
+	Mounts Mounts
+	// Observer receives every step's duration and outcome; nil records
+	// nothing.
+	Observer Observer
+}
+
+// Operations performs the CSI steps of the lifecycle, one step per call:
+// WaitForAttach, Stage, Publish, Unpublish and Unstage. Each call is a plain
+// method that returns an error; it records its outcome in the actual state
+// of world (mapping csiclient's error classes to states as reference §1.8
+// says, see transitions.go), keeps the on-disk records (written before the
+// CSI call, removed after a successful teardown) and is serialized with the
+// other steps on the same volume as documented on locks. Operations is safe
+// for concurrent use; callers (the reconciler, the front endpoint) need no
+// locking of their own.
+type Operations struct {
+	layout      paths.Layout
+	nodeName    string
+	drivers     Drivers
+	policies    Policies
+	attachments Attachments
+	state       ActualState
+	secrets     Secrets
+	tokens      Tokens
+	mounts      Mounts
+	observer    Observer
+
+	locks *locks
+	tree  *tree
+}
+
+// New returns Operations for cfg.
+func New(cfg Config) (*Operations, error) {
+	layout, err := paths.New(cfg.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	var missing []string
+	for name, isNil := range map[string]bool{
+		"NodeName":    cfg.NodeName == "",
+		"Drivers":     cfg.Drivers == nil,
+		"Policies":    cfg.Policies == nil,
+		"Attachments": cfg.Attachments == nil,
+		"State":       cfg.State == nil,
+	} {
+		if isNil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%w: missing %s", ErrInvalidConfig, strings.Join(missing, ", "))
+	}
+	mounts := cfg.Mounts
+	if mounts == nil {
+		mounts = mount.New("")
+	}
+	return &Operations{
+		layout:      layout,
+		nodeName:    cfg.NodeName,
+		drivers:     cfg.Drivers,
+		policies:    cfg.Policies,
+		attachments: cfg.Attachments,
+		state:       cfg.State,
+		secrets:     cfg.Secrets,
+		tokens:      cfg.Tokens,
+		mounts:      mounts,
+		observer:    cfg.Observer,
+		locks:       newLocks(),
+		tree:        &tree{mounts: mounts},
+	}, nil
+}
+
+// Layout returns the path layout the operations use.
+func (o *Operations) Layout() paths.Layout { return o.layout }
+
+// driver returns the client of a registered driver, or an error wrapping
+// volume.ErrDriverNotRegistered.
+func (o *Operations) driver(name string) (DriverClient, error) {
+	c, ok := o.drivers.Driver(name)
+	if !ok || c == nil {
+		return nil, fmt.Errorf("%w: %q", volume.ErrDriverNotRegistered, name)
+	}
+	return c, nil
+}
+
+// observe reports a step to the Observer, if any.
+func (o *Operations) observe(driver string, step volume.Step, start time.Time, err error) {
+	if o.observer != nil {
+		o.observer.ObserveOperation(driver, step, err, time.Since(start))
+	}
+}
+
+// volumeID is what the asw records about src.
+func volumeID(src volume.Source) asw.VolumeID {
+	return asw.VolumeID{Driver: src.Driver, Handle: src.Handle, PVName: src.PVName, AccessType: src.AccessType}
+}
+
+// sourceOf rebuilds the part of a Source that paths need from an asw entry.
+func sourceOf(id asw.VolumeID) volume.Source {
+	return volume.Source{Driver: id.Driver, Handle: id.Handle, PVName: id.PVName, AccessType: id.AccessType}
+}
+
+// alreadyDone turns csiclient.ErrAlreadyDone (NotFound on a teardown call)
+// into success.
+func alreadyDone(err error) error {
+	if csiclient.IsAlreadyDone(err) {
+		return nil
+	}
+	return err
+}
