@@ -44,6 +44,20 @@ func (s *Source) setupPods() error {
 	return nil
 }
 
+// PodByName returns the node's pod with the given namespace and name from
+// the cache.
+func (s *Source) PodByName(namespace, name string) (*corev1.Pod, bool) {
+	obj, exists, err := s.podInf.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || !s.ours(pod) {
+		return nil, false
+	}
+	return pod, true
+}
+
 // Pod returns the pod with the given UID if it is bound to this node. The
 // pod is shared with the cache: never modify it.
 func (s *Source) Pod(uid types.UID) (*corev1.Pod, bool) {

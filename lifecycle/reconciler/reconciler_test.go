@@ -1,0 +1,152 @@
+package reconciler
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+func TestPodLifecycle(t *testing.T) {
+	h := newHarness(t)
+	src := pvSource("h1")
+	name := volume.PersistentName(testDriver, "h1")
+	h.setPod("p1", src)
+	h.waitCalls(t, "attach "+string(name), "stage "+string(name), "publish "+string(name)+"@p1")
+	eventually(t, "pod ready", func() bool { s, _ := h.status.get("p1"); return s.Ready })
+
+	// Teardown waits until the desired state has synced.
+	key := volume.PodKey{Volume: name, Pod: "p1"}
+	before := h.seenCount(key)
+	h.desired.DeletePod("p1")
+	eventually(t, "the removed use handled", func() bool { return h.seenCount(key) > before })
+	if calls := h.ops.history(); len(calls) != 3 {
+		t.Fatalf("teardown before sync: %q", calls)
+	}
+	close(h.synced)
+	h.waitCalls(t, "attach "+string(name), "stage "+string(name), "publish "+string(name)+"@p1",
+		"unpublish "+string(name)+"@p1", "unstage "+string(name))
+	if _, ok := h.actual.Volume(name); ok {
+		t.Error("volume still in the actual state after unstage")
+	}
+	h.ready.mu.Lock()
+	defer h.ready.mu.Unlock()
+	if h.ready.n != 1 {
+		t.Errorf("pod ready observed %d times, want 1", h.ready.n)
+	}
+}
+
+func TestSharedVolumeUnstagedAfterLastPod(t *testing.T) {
+	h := newHarness(t)
+	close(h.synced)
+	src := pvSource("shared")
+	name := string(volume.PersistentName(testDriver, "shared"))
+	h.setPod("a", src)
+	h.setPod("b", src)
+	eventually(t, "both published", func() bool {
+		c := h.ops.history()
+		return slices.Contains(c, "publish "+name+"@a") && slices.Contains(c, "publish "+name+"@b")
+	})
+	h.desired.DeletePod("a")
+	eventually(t, "a unpublished", func() bool { return slices.Contains(h.ops.history(), "unpublish "+name+"@a") })
+	h.r.resync()
+	h.desired.DeletePod("b")
+	eventually(t, "unstage", func() bool { return slices.Contains(h.ops.history(), "unstage "+name) })
+	calls := h.ops.history()
+	if n := strings.Count(strings.Join(calls, "\n"), "stage "+name+"\n"); n != 1 {
+		t.Errorf("staged %d times, want once: %q", n, calls)
+	}
+	if slices.Index(calls, "unstage "+name) < slices.Index(calls, "unpublish "+name+"@b") {
+		t.Errorf("unstaged before the last unpublish: %q", calls)
+	}
+}
+
+func TestDriverNotRegisteredThenRegistered(t *testing.T) {
+	h := newHarness(t)
+	h.drivers.set(testDriver, false)
+	h.setPod("p1", pvSource("h1"))
+	eventually(t, "condition names the missing driver", func() bool {
+		s, _ := h.status.get("p1")
+		return !s.Ready && s.Reason == status.ReasonDriverNotRegistered
+	})
+	if calls := h.ops.history(); len(calls) != 0 {
+		t.Fatalf("steps ran without a driver: %q", calls)
+	}
+	h.drivers.set(testDriver, true)
+	h.r.DriverRegistered(testDriver)
+	eventually(t, "pod ready after registration", func() bool { s, _ := h.status.get("p1"); return s.Ready })
+}
+
+func TestStageFailureIsRetriedAndReported(t *testing.T) {
+	h := newHarness(t)
+	name := volume.PersistentName(testDriver, "h1")
+	h.ops.setFail("stage "+string(name), errors.New("NodeStageVolume: disk on fire"))
+	h.setPod("p1", pvSource("h1"))
+	eventually(t, "a few failed stages", func() bool {
+		return strings.Count(strings.Join(h.ops.history(), "\n"), "stage "+string(name)) >= 3
+	})
+	s, _ := h.status.get("p1")
+	if s.Ready || s.Reason != status.ReasonNodeStageFailed || !strings.Contains(s.Message, "disk on fire") {
+		t.Errorf("status = %+v, want NodeStageFailed naming the error", s)
+	}
+	h.events.mu.Lock()
+	got := slices.Clone(h.events.reasons)
+	h.events.mu.Unlock()
+	if len(got) == 0 || got[0] != status.ReasonNodeStageFailed {
+		t.Errorf("events = %v, want NodeStageFailed", got)
+	}
+	h.ops.setFail("stage "+string(name), nil)
+	eventually(t, "ready once stage works", func() bool { s, _ := h.status.get("p1"); return s.Ready })
+}
+
+func TestAttachWaitsForVolumesInUse(t *testing.T) {
+	inUse := &fakeInUse{reported: map[volume.Name]bool{}}
+	h := newHarness(t, func(c *Config) {
+		c.Policies = fakePolicies{attachRequired: true}
+		c.InUse = inUse
+	})
+	name := volume.PersistentName(testDriver, "h1")
+	h.setPod("p1", pvSource("h1"))
+	eventually(t, "volume reported as in use", func() bool {
+		inUse.mu.Lock()
+		defer inUse.mu.Unlock()
+		return slices.Contains(inUse.set, name)
+	})
+	if calls := h.ops.history(); len(calls) != 0 {
+		t.Fatalf("steps ran before the volume was in volumesInUse: %q", calls)
+	}
+	inUse.mu.Lock()
+	inUse.reported[name] = true
+	inUse.mu.Unlock()
+	h.r.Reported([]volume.Name{name})
+	h.waitCalls(t, "attach "+string(name), "stage "+string(name), "publish "+string(name)+"@p1")
+}
+
+func TestInlineVolumeIsPublishedWithoutStage(t *testing.T) {
+	h := newHarness(t)
+	close(h.synced)
+	src := volume.Source{Driver: testDriver, Handle: volume.InlineHandle("p1", "inline"), Inline: true, AccessType: volume.Filesystem}
+	name := volume.InlineName("p1", "inline")
+	h.setPod("p1", src)
+	h.waitCalls(t, "publish "+string(name)+"@p1")
+	h.desired.DeletePod(types.UID("p1"))
+	h.waitCalls(t, "publish "+string(name)+"@p1", "unpublish "+string(name)+"@p1")
+}
+
+func TestPodErrorIsTheCondition(t *testing.T) {
+	h := newHarness(t)
+	h.desired.SetPod(dsw.Pod{
+		Info:   volume.PodInfo{UID: "p1", Namespace: "ns", Name: "p1"},
+		Errors: []dsw.VolumeError{{SpecName: "data", Err: errors.Join(volume.ErrInvalidSpec, errors.New(`PVC "ns/data" is not bound`))}},
+	})
+	eventually(t, "InvalidVolumeSpec condition", func() bool {
+		s, _ := h.status.get("p1")
+		return s.Reason == status.ReasonInvalidVolumeSpec && strings.Contains(s.Message, "is not bound")
+	})
+}

@@ -1,0 +1,140 @@
+package reconciler
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// podChanged recomputes a pod's VolumesReady status from the desired and
+// actual states, hands it to the status writer and, the first time all its
+// volumes are published, observes how long that took.
+//
+// Computing and handing over happen under statusMu, so that a status
+// computed from older state can never overwrite a newer one.
+func (r *Reconciler) podChanged(uid types.UID) {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	p, known := r.cfg.Desired.Pod(uid)
+	if !known {
+		r.mu.Lock()
+		delete(r.ready, uid)
+		r.mu.Unlock()
+		if r.cfg.Status != nil {
+			r.cfg.Status.Forget(uid)
+		}
+		return
+	}
+	st := r.podStatus(uid)
+	if r.cfg.Status != nil {
+		r.cfg.Status.Set(st)
+	}
+	r.mu.Lock()
+	first := st.Ready && !r.ready[uid]
+	r.ready[uid] = st.Ready
+	r.mu.Unlock()
+	if first && r.cfg.Ready != nil && !p.FirstSeen.IsZero() {
+		r.cfg.Ready.ObservePodReady(r.cfg.Now().Sub(p.FirstSeen))
+	}
+}
+
+// podStatus is the pod's VolumesReady status: ready when every volume it
+// wants is published (an uncertain publish is not ready), otherwise blocked
+// by the first volume that is not, with the step and error that hold it.
+func (r *Reconciler) podStatus(uid types.UID) status.PodVolumesStatus {
+	p, _ := r.cfg.Desired.Pod(uid)
+	if len(p.Errors) > 0 {
+		e := p.Errors[0]
+		return status.Blocked(p.Info, status.Blocker{SpecName: e.SpecName, Err: e.Err})
+	}
+	for _, use := range p.Uses {
+		if b, blocked := r.blocker(use.Key(), use.Source, use.Volume.SpecName); blocked {
+			return status.Blocked(p.Info, b)
+		}
+	}
+	return status.Ready(p.Info)
+}
+
+// blocker says what holds one use back, if anything.
+func (r *Reconciler) blocker(key volume.PodKey, src volume.Source, specName string) (status.Blocker, bool) {
+	b := status.Blocker{SpecName: specName, Source: src}
+	ap, _ := r.cfg.Actual.Pod(key)
+	if ap.State == volume.Published {
+		return b, false
+	}
+	v, _ := r.cfg.Actual.Volume(key.Volume)
+	switch {
+	case ap.LastError != nil:
+		b.Step, b.Err = ap.LastError.Step, ap.LastError.Err
+	case v.LastError != nil:
+		b.Step, b.Err = v.LastError.Step, v.LastError.Err
+	case !r.cfg.Drivers.Registered(src.Driver):
+		b.Step, b.Err = volume.StepStage, volume.ErrDriverNotRegistered
+	case src.Inline:
+		b.Step = volume.StepPublish
+	case !v.Attached:
+		b.Step = volume.StepWaitForAttach
+	case v.Stage != volume.Staged:
+		b.Step = volume.StepStage
+	default:
+		b.Step = volume.StepPublish
+	}
+	return b, true
+}
+
+// recordFailure records an Event on the pods a failed setup step holds
+// back: the given pods, or every pod that wants the volume.
+func (r *Reconciler) recordFailure(name volume.Name, step volume.Step, err error, pods ...types.UID) {
+	if r.cfg.Events == nil {
+		return
+	}
+	if len(pods) == 0 {
+		pods = r.cfg.Desired.VolumePods(name)
+	}
+	for _, uid := range pods {
+		use, ok := r.cfg.Desired.PodVolume(volume.PodKey{Volume: name, Pod: uid})
+		if !ok {
+			continue
+		}
+		r.cfg.Events.VolumeFailed(use.Volume.Pod, status.Blocker{Step: step, SpecName: use.Volume.SpecName, Source: use.Source, Err: err})
+	}
+}
+
+func (r *Reconciler) markInUseDirty() {
+	if r.cfg.InUse == nil {
+		return
+	}
+	select {
+	case r.inUseDirty <- struct{}{}:
+	default:
+	}
+}
+
+// reportInUse recomputes the volumes in use whenever they may have changed:
+// the wanted volumes that need attach, plus every volume the actual state
+// still holds (until unstaged it is in use).
+func (r *Reconciler) reportInUse(ctx context.Context) {
+	if r.cfg.InUse == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.inUseDirty:
+		}
+		names := r.cfg.Actual.VolumesInUse()
+		for _, name := range r.cfg.Desired.Volumes() {
+			if src, ok := r.cfg.Desired.Volume(name); ok && !src.Inline {
+				names = append(names, name)
+			}
+		}
+		r.cfg.InUse.Set(names)
+	}
+}
+
+var _ ActualState = &asw.World{}

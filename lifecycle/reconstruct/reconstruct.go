@@ -1,0 +1,143 @@
+package reconstruct
+
+import (
+	"context"
+	"fmt"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// ActualState is where reconstruction records what it finds; *asw.World
+// implements it.
+type ActualState interface {
+	// AddReconstructedVolume records a staged volume as uncertain.
+	AddReconstructedVolume(name volume.Name, id asw.VolumeID, stagingPath string)
+	// AddReconstructedPod records a pod's publish as uncertain.
+	AddReconstructedPod(key volume.PodKey, id asw.VolumeID, targetPath string)
+	// RecordStage records a stage state the mount table proves.
+	RecordStage(name volume.Name, id asw.VolumeID, o asw.StageOutcome)
+	// RecordPublish records a publish state the mount table proves.
+	RecordPublish(key volume.PodKey, id asw.VolumeID, o asw.PublishOutcome)
+}
+
+// Mounts inspects the mount table; k8s.io/mount-utils' mount.Interface
+// implements it.
+type Mounts interface {
+	// IsMountPoint reports whether file is a mount point.
+	IsMountPoint(file string) (bool, error)
+}
+
+// Result counts what reconstruction found.
+type Result struct {
+	// Staged and Published count the volumes and pod publishes recorded.
+	Staged, Published int
+	// ProvenStaged and ProvenPublished count those whose mount is intact.
+	ProvenStaged, ProvenPublished int
+	// Failed lists the directories that could not be reconstructed (no or
+	// a corrupt record); they are left alone and logged.
+	Failed []error
+}
+
+// Run rebuilds state into st from the layout under root.
+func Run(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualState) (Result, error) {
+	logger := klog.FromContext(ctx)
+	var res Result
+	staged, err := layout.StagedVolumes()
+	if err != nil {
+		return res, fmt.Errorf("scan staged volumes: %w", err)
+	}
+	for _, sv := range staged {
+		if err := reconstructStaged(ctx, layout, sv, mounts, st, &res); err != nil {
+			logger.Error(err, "Cannot reconstruct staged volume; leaving it alone", "dir", sv.Dir)
+			res.Failed = append(res.Failed, err)
+		}
+	}
+	pods, err := layout.PodVolumes()
+	if err != nil {
+		return res, fmt.Errorf("scan pod volumes: %w", err)
+	}
+	for _, pv := range pods {
+		if err := reconstructPublished(ctx, pv, mounts, st, &res); err != nil {
+			logger.Error(err, "Cannot reconstruct pod volume; leaving it alone", "dir", pv.Dir)
+			res.Failed = append(res.Failed, err)
+		}
+	}
+	logger.Info("Reconstructed actual state", "staged", res.Staged, "stagedIntact", res.ProvenStaged,
+		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed))
+	return res, nil
+}
+
+func reconstructStaged(ctx context.Context, layout paths.Layout, sv paths.StagedVolume, mounts Mounts, st ActualState, res *Result) error {
+	rec, err := checkpoint.ReadStage(sv.Record)
+	if err != nil {
+		return fmt.Errorf("staged record %s: %w", sv.Record, err)
+	}
+	if rec.DriverName != sv.Driver || paths.HandleHash(rec.VolumeHandle) != sv.HandleHash {
+		return fmt.Errorf("staged record %s names driver %q and a handle that do not match its directory", sv.Record, rec.DriverName)
+	}
+	name := volume.PersistentName(rec.DriverName, rec.VolumeHandle)
+	id := asw.VolumeID{Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: rec.PVName, AccessType: rec.AccessType}
+	// The staging path comes from the layout, never from the record.
+	staging, err := layout.Staging(volume.Source{Driver: id.Driver, Handle: id.Handle, PVName: id.PVName, AccessType: id.AccessType})
+	if err != nil {
+		return fmt.Errorf("staged record %s: %w", sv.Record, err)
+	}
+	st.AddReconstructedVolume(name, id, staging.Path)
+	res.Staged++
+	if intact(ctx, mounts, staging.Path) {
+		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path})
+		res.ProvenStaged++
+	}
+	return nil
+}
+
+func reconstructPublished(ctx context.Context, pv paths.PodVolume, mounts Mounts, st ActualState, res *Result) error {
+	rec, err := checkpoint.ReadPublish(pv.Record)
+	if err != nil {
+		return fmt.Errorf("publish record %s: %w", pv.Record, err)
+	}
+	if rec.DriverName == "" || rec.VolumeHandle == "" {
+		return fmt.Errorf("publish record %s: %w: no driver or volume handle", pv.Record, volume.ErrInvalidSpec)
+	}
+	name := volume.PersistentName(rec.DriverName, rec.VolumeHandle)
+	if rec.VolumeLifecycleMode == storagev1.VolumeLifecycleEphemeral {
+		name = volume.InlineName(pv.Pod, rec.SpecVolID)
+	}
+	if rec.VolumeName != "" && rec.VolumeName != name {
+		return fmt.Errorf("publish record %s names volume %q, its fields say %q", pv.Record, rec.VolumeName, name)
+	}
+	pvName := rec.SpecVolID
+	if rec.VolumeLifecycleMode == storagev1.VolumeLifecycleEphemeral {
+		pvName = ""
+	}
+	id := asw.VolumeID{Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: pvName, AccessType: pv.AccessType}
+	key := volume.PodKey{Volume: name, Pod: pv.Pod}
+	// The target comes from the layout, never from the record.
+	st.AddReconstructedPod(key, id, pv.Target)
+	res.Published++
+	if intact(ctx, mounts, pv.Target) {
+		st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: pv.Target})
+		res.ProvenPublished++
+	}
+	return nil
+}
+
+// intact says whether path is still a mount point. Any doubt (missing,
+// unreadable, "transport endpoint is not connected") means not proven.
+func intact(ctx context.Context, mounts Mounts, path string) bool {
+	if path == "" {
+		return false
+	}
+	ok, err := mounts.IsMountPoint(path)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Mount not proven intact", "path", path, "err", err)
+		return false
+	}
+	return ok
+}

@@ -1,0 +1,143 @@
+package reconstruct
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+const driver = "test.csi.example.com"
+
+// fixture lays out records the way operations writes them and bind-mounts
+// what the test says is intact, on the real mount table.
+type fixture struct {
+	t       *testing.T
+	layout  paths.Layout
+	mounter mount.Interface
+}
+
+func newFixture(t *testing.T) *fixture {
+	root := t.TempDir()
+	layout, err := paths.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, layout: layout, mounter: mount.New("")}
+}
+
+func (f *fixture) bindMount(target string) {
+	f.t.Helper()
+	src := f.t.TempDir()
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.mounter.Mount(src, target, "", []string{"bind"}); err != nil {
+		f.t.Fatalf("bind mount %s: %v", target, err)
+	}
+	f.t.Cleanup(func() { _ = f.mounter.Unmount(target) })
+}
+
+func (f *fixture) staged(handle string, mounted bool) volume.Name {
+	f.t.Helper()
+	src := volume.Source{Driver: driver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem}
+	st, err := f.layout.Staging(src)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := checkpoint.MkdirAll(st.Dir); err != nil {
+		f.t.Fatal(err)
+	}
+	name := volume.PersistentName(driver, handle)
+	if err := checkpoint.WriteStage(st.Record, checkpoint.StageRecord{
+		VolumeHandle: handle, DriverName: driver, VolumeName: name, PVName: src.PVName,
+		AccessType: volume.Filesystem, StagingPath: st.Path,
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	if mounted {
+		f.bindMount(st.Path)
+	}
+	return name
+}
+
+func (f *fixture) published(handle, pod string, mounted bool) volume.PodKey {
+	f.t.Helper()
+	pub, err := f.layout.Publishing(types.UID("uid-"+pod), "pv-"+handle, volume.Filesystem)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := checkpoint.MkdirAll(pub.Dir); err != nil {
+		f.t.Fatal(err)
+	}
+	name := volume.PersistentName(driver, handle)
+	if err := checkpoint.WritePublish(pub.Record, checkpoint.PublishRecord{
+		SpecVolID: "pv-" + handle, VolumeHandle: handle, DriverName: driver, NodeName: "node",
+		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent, VolumeName: name, PodUID: types.UID("uid-" + pod),
+		AccessType: volume.Filesystem, TargetPath: pub.Target,
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	if mounted {
+		f.bindMount(pub.Target)
+	}
+	return volume.PodKey{Volume: name, Pod: types.UID("uid-" + pod)}
+}
+
+func TestReconstruction(t *testing.T) {
+	f := newFixture(t)
+	intactStage := f.staged("intact", true)
+	lostStage := f.staged("lost", false)
+	onlyStaged := f.staged("unpublished", true) // unpublished, not unstaged, when the agent died
+	intactPub := f.published("intact", "a", true)
+	lostPub := f.published("lost", "b", false)
+	// A pod volume directory without a record is left alone.
+	orphan, err := f.layout.Publishing("uid-orphan", "pv-x", volume.Filesystem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(orphan.Dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(orphan.Record, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, ctx := ktesting.NewTestContext(t)
+	world := asw.New(asw.Options{})
+	res, err := Run(ctx, f.layout, f.mounter, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Staged != 3 || res.ProvenStaged != 2 || res.Published != 2 || res.ProvenPublished != 1 || len(res.Failed) != 1 {
+		t.Errorf("result = %+v, want 3 staged (2 intact), 2 published (1 intact), 1 failed", res)
+	}
+	for name, want := range map[volume.Name]volume.StageState{intactStage: volume.Staged, lostStage: volume.StageUncertain, onlyStaged: volume.Staged} {
+		v, ok := world.Volume(name)
+		if !ok || v.Stage != want {
+			t.Errorf("volume %s: stage %v (known %v), want %v", name, v.Stage, ok, want)
+		}
+	}
+	for key, want := range map[volume.PodKey]volume.PublishState{intactPub: volume.Published, lostPub: volume.PublishUncertain} {
+		p, ok := world.Pod(key)
+		if !ok || p.State != want {
+			t.Errorf("pod %s: publish %v (known %v), want %v", key, p.State, ok, want)
+		}
+	}
+	// Every reconstructed publish must be torn down if unwanted.
+	if pubs := world.Publishers(lostPub.Volume); len(pubs) != 1 {
+		t.Errorf("uncertain publish not among the publishers: %v", pubs)
+	}
+	if len(res.Failed) > 0 && !errors.Is(res.Failed[0], checkpoint.ErrCorrupt) {
+		t.Errorf("failure %v does not say the record is corrupt", res.Failed[0])
+	}
+}
