@@ -1,0 +1,145 @@
+package app
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+)
+
+// API paths of the JSON status API.
+const (
+	volumesPath = "/api/v1/volumes"
+	driversPath = "/api/v1/drivers"
+)
+
+// VolumeStatus is one volume in the JSON status API.
+type VolumeStatus struct {
+	Name       string `json:"name"`
+	Driver     string `json:"driver"`
+	Handle     string `json:"handle"`
+	PVName     string `json:"pvName,omitempty"`
+	AccessType string `json:"accessType"`
+	Attached   bool   `json:"attached"`
+	// State is the stage state: NotStaged, StageUncertain or Staged.
+	State         string      `json:"state"`
+	StagingPath   string      `json:"stagingPath,omitempty"`
+	Reconstructed bool        `json:"reconstructed,omitempty"`
+	Pods          []PodStatus `json:"pods"`
+	LastError     *ErrorInfo  `json:"lastError,omitempty"`
+}
+
+// PodStatus is one pod's publish of a volume in the JSON status API.
+type PodStatus struct {
+	UID string `json:"uid"`
+	// State is the publish state: NotPublished, PublishUncertain or Published.
+	State      string     `json:"state"`
+	TargetPath string     `json:"targetPath,omitempty"`
+	LastError  *ErrorInfo `json:"lastError,omitempty"`
+}
+
+// ErrorInfo is a step's last error and when it happened.
+type ErrorInfo struct {
+	Step    string    `json:"step"`
+	Message string    `json:"message"`
+	Time    time.Time `json:"time"`
+}
+
+// DriverStatus is one registered driver in the JSON status API.
+type DriverStatus struct {
+	Name               string            `json:"name"`
+	Endpoint           string            `json:"endpoint"`
+	Version            string            `json:"version"`
+	SupportedVersions  []string          `json:"supportedVersions"`
+	NodeID             string            `json:"nodeID"`
+	MaxVolumes         int64             `json:"maxVolumes"`
+	Topology           map[string]string `json:"topology,omitempty"`
+	Capabilities       []string          `json:"capabilities,omitempty"`
+	RegistrationSocket string            `json:"registrationSocket"`
+	RegisteredAt       time.Time         `json:"registeredAt"`
+}
+
+type httpDeps struct {
+	gatherer prometheus.Gatherer
+	ready    func() bool
+	volumes  func() []asw.VolumeStatus
+	drivers  func() []registry.Driver
+}
+
+func newHTTPHandler(d httpDeps) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready() {
+			http.Error(w, "not ready: reconstructing state or waiting for informers to sync", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET "+volumesPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, volumeStatuses(d.volumes()))
+	})
+	mux.HandleFunc("GET "+driversPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, driverStatuses(r, d.drivers()))
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
+	out := make([]VolumeStatus, 0, len(vols))
+	for _, v := range vols {
+		vs := VolumeStatus{
+			Name: string(v.Name), Driver: v.Driver, Handle: v.Handle, PVName: v.PVName,
+			AccessType: v.AccessType.String(), Attached: v.Attached, State: v.Stage.String(),
+			StagingPath: v.StagingPath, Reconstructed: v.Reconstructed, Pods: []PodStatus{},
+			LastError: errorInfo(v.LastError),
+		}
+		for _, p := range v.Pods {
+			vs.Pods = append(vs.Pods, PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)})
+		}
+		slices.SortFunc(vs.Pods, func(a, b PodStatus) int { return strings.Compare(a.UID, b.UID) })
+		out = append(out, vs)
+	}
+	slices.SortFunc(out, func(a, b VolumeStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func errorInfo(f *asw.Failure) *ErrorInfo {
+	if f == nil || f.Err == nil {
+		return nil
+	}
+	return &ErrorInfo{Step: string(f.Step), Message: f.Err.Error(), Time: f.Time}
+}
+
+func driverStatuses(r *http.Request, drivers []registry.Driver) []DriverStatus {
+	out := make([]DriverStatus, 0, len(drivers))
+	for _, d := range drivers {
+		ds := DriverStatus{
+			Name: d.Name, Endpoint: d.Endpoint, Version: d.Version, SupportedVersions: d.SupportedVersions,
+			NodeID: d.NodeID, MaxVolumes: d.MaxVolumes, Topology: d.Topology,
+			RegistrationSocket: d.RegistrationSocket, RegisteredAt: d.RegisteredAt,
+		}
+		if caps, err := d.Client.NodeCapabilities(r.Context()); err == nil {
+			for _, c := range caps.Types() {
+				ds.Capabilities = append(ds.Capabilities, c.String())
+			}
+		}
+		out = append(out, ds)
+	}
+	return out
+}

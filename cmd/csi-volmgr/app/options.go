@@ -1,0 +1,89 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/csi-volmgr/csi-volmgr/csiclient"
+)
+
+// RunOptions are the flags of `csi-volmgr run`.
+type RunOptions struct {
+	Kubeconfig           string
+	NodeName             string
+	RootDir              string
+	RegistrationDir      string
+	HTTPEndpoint         string
+	ResyncPeriod         time.Duration
+	CSITimeout           time.Duration
+	RemoveTerminating    bool
+	ClusterWideInformers bool
+	KubeAPIQPS           float32
+	KubeAPIBurst         int
+
+	Logging *logsapi.LoggingConfiguration
+}
+
+// NewRunOptions returns the defaults.
+func NewRunOptions() *RunOptions {
+	host, _ := os.Hostname()
+	return &RunOptions{
+		NodeName:          host,
+		RootDir:           "/var/lib/csi-volmgr",
+		HTTPEndpoint:      "127.0.0.1:9809",
+		ResyncPeriod:      5 * time.Minute,
+		CSITimeout:        csiclient.DefaultTimeout,
+		RemoveTerminating: false,
+		KubeAPIQPS:        50,
+		KubeAPIBurst:      100,
+		Logging:           logsapi.NewLoggingConfiguration(),
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means the in-cluster configuration.")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node whose pods this agent serves.")
+	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Root directory of the agent's state (kubelet layout below it).")
+	fs.StringVar(&o.RegistrationDir, "registration-dir", o.RegistrationDir, "Directory of plugin-registration sockets; empty means <root-dir>/plugins_registry.")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", o.HTTPEndpoint, "Address of /metrics, /healthz, /readyz and the JSON status API; empty disables it.")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every volume is reconciled again, besides events.")
+	fs.DurationVar(&o.CSITimeout, "csi-timeout", o.CSITimeout, "Timeout of one CSI call.")
+	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
+	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
+	logsapi.AddFlags(o.Logging, fs)
+}
+
+// Validate checks the options and fills derived defaults.
+func (o *RunOptions) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name is required"))
+	}
+	if !filepath.IsAbs(o.RootDir) {
+		errs = append(errs, fmt.Errorf("--root-dir %q must be an absolute path", o.RootDir))
+	}
+	if o.RegistrationDir == "" {
+		o.RegistrationDir = filepath.Join(o.RootDir, "plugins_registry")
+	} else if !filepath.IsAbs(o.RegistrationDir) {
+		errs = append(errs, fmt.Errorf("--registration-dir %q must be an absolute path", o.RegistrationDir))
+	}
+	if o.HTTPEndpoint != "" {
+		if _, _, err := net.SplitHostPort(o.HTTPEndpoint); err != nil {
+			errs = append(errs, fmt.Errorf("--http-endpoint %q: %w", o.HTTPEndpoint, err))
+		}
+	}
+	if o.CSITimeout <= 0 || o.ResyncPeriod <= 0 {
+		errs = append(errs, errors.New("--csi-timeout and --resync-period must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,165 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+type clientOptions struct {
+	server string
+	output string
+}
+
+func (o *clientOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.server, "server", "http://127.0.0.1:9809", "Address of the agent's --http-endpoint.")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "Output format: table or json.")
+}
+
+func (o *clientOptions) validate() error {
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("--output %q: want table or json", o.output)
+	}
+	return nil
+}
+
+// get fetches path from the agent and decodes it into v, returning the raw body too.
+func (o *clientOptions) get(ctx context.Context, path string, v any) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	server := strings.TrimSuffix(o.server, "/")
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("asking the agent at %s: %w", o.server, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("agent at %s answered %s: %s", o.server, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, json.Unmarshal(body, v)
+}
+
+func newStatusCommand() *cobra.Command {
+	o := &clientOptions{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every volume the agent holds: driver, handle, state, pods and last error",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var vols []VolumeStatus
+			raw, err := o.get(cmd.Context(), volumesPath, &vols)
+			if err != nil {
+				return err
+			}
+			if o.output == "json" {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			return printVolumes(cmd.OutOrStdout(), vols, time.Now())
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+func printVolumes(out io.Writer, vols []VolumeStatus, now time.Time) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VOLUME\tDRIVER\tHANDLE\tSTATE\tPODS\tLAST ERROR")
+	for _, v := range vols {
+		state := v.State
+		if v.Attached {
+			state = "Attached," + state
+		}
+		var pods []string
+		lastErr := v.LastError
+		for _, p := range v.Pods {
+			pods = append(pods, p.UID+"="+p.State)
+			if lastErr == nil && p.LastError != nil {
+				lastErr = p.LastError
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", displayName(v), v.Driver, shorten(v.Handle, 40), state,
+			orNone(strings.Join(pods, ",")), describeError(lastErr, now))
+	}
+	return tw.Flush()
+}
+
+func displayName(v VolumeStatus) string {
+	if v.PVName != "" {
+		return v.PVName
+	}
+	return v.Name
+}
+
+func describeError(e *ErrorInfo, now time.Time) string {
+	if e == nil {
+		return "<none>"
+	}
+	return fmt.Sprintf("%s: %s (%s ago)", e.Step, shorten(e.Message, 80), now.Sub(e.Time).Round(time.Second))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+func newDriversCommand() *cobra.Command {
+	o := &clientOptions{}
+	cmd := &cobra.Command{
+		Use:   "drivers",
+		Short: "Show the registered CSI drivers: endpoints, versions, capabilities, node ID",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var drivers []DriverStatus
+			raw, err := o.get(cmd.Context(), driversPath, &drivers)
+			if err != nil {
+				return err
+			}
+			if o.output == "json" {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "DRIVER\tENDPOINT\tVERSION\tNODE ID\tMAX VOLUMES\tCAPABILITIES")
+			for _, d := range drivers {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", d.Name, d.Endpoint, d.Version, d.NodeID, d.MaxVolumes, orNone(strings.Join(d.Capabilities, ",")))
+			}
+			return tw.Flush()
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
