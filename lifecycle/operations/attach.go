@@ -2,6 +2,7 @@ package operations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,10 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
+
+// ErrAttachFailed is wrapped by the error of WaitForAttach when the
+// VolumeAttachment reports an attachError: the attach was tried and failed.
+var ErrAttachFailed = errors.New("attach failed")
 
 // WaitForAttach checks, without waiting, whether volume name may be staged
 // as far as attach goes, and records the answer in the actual state (with
@@ -21,10 +26,10 @@ import (
 //   - otherwise the VolumeAttachment volume.AttachmentName(handle, driver,
 //     node) is read from the Attachments cache: status.attached makes the
 //     volume attached with status.attachmentMetadata as publish_context; a
-//     missing or not yet attached object, one being deleted, or one with
-//     status.attachError is an error wrapping volume.ErrNotAttached (naming
-//     the attach error's message). The caller retries when the
-//     VolumeAttachment changes.
+//     missing or not yet attached object, or one being deleted, is an error
+//     wrapping volume.ErrNotAttached; one with status.attachError is an
+//     error wrapping ErrAttachFailed that carries the attach error's
+//     message. The caller retries when the VolumeAttachment changes.
 func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src volume.Source) (err error) {
 	if src.Inline {
 		return nil
@@ -68,7 +73,9 @@ func (o *Operations) attachment(vaName string) (map[string]string, error) {
 	case va.Status.Attached:
 		return va.Status.AttachmentMetadata, nil
 	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
-		return nil, fmt.Errorf("%w: VolumeAttachment %s: attach failed: %s", volume.ErrNotAttached, vaName, va.Status.AttachError.Message)
+		// Not ErrNotAttached: the attach was tried and failed, and the pod's
+		// condition says AttachFailed with the attacher's message.
+		return nil, fmt.Errorf("%w: VolumeAttachment %s: %s", ErrAttachFailed, vaName, va.Status.AttachError.Message)
 	}
 	return nil, fmt.Errorf("%w: VolumeAttachment %s is not attached yet", volume.ErrNotAttached, vaName)
 }

@@ -20,13 +20,15 @@ func TestWaitForAttach(t *testing.T) {
 		va          *storagev1.VolumeAttachment
 		noAttach    bool
 		wantErr     string // substring; "" means success
+		wantIs      error  // the sentinel the error wraps; nil means volume.ErrNotAttached
 		wantContext map[string]string
 	}{
 		{name: "attach not required", noAttach: true},
 		{name: "missing", wantErr: "does not exist"},
 		{name: "not attached yet", va: &storagev1.VolumeAttachment{}, wantErr: "not attached yet"},
 		{name: "attach error", va: &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{
-			AttachError: &storagev1.VolumeError{Message: "rpc error: disk is locked"}}}, wantErr: "attach failed: rpc error: disk is locked"},
+			AttachError: &storagev1.VolumeError{Message: "rpc error: disk is locked"}}}, wantErr: "attach failed: VolumeAttachment " + vaName + ": rpc error: disk is locked",
+			wantIs: ErrAttachFailed},
 		{name: "being deleted", va: &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now},
 			Status: storagev1.VolumeAttachmentStatus{Attached: true}}, wantErr: "being deleted"},
 		{name: "attached", va: &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{
@@ -46,8 +48,15 @@ func TestWaitForAttach(t *testing.T) {
 			err := h.ops.WaitForAttach(testContext(t), name, src)
 			v, _ := h.world.Volume(name)
 			if tc.wantErr != "" {
-				if !errors.Is(err, volume.ErrNotAttached) || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), vaName) {
-					t.Fatalf("WaitForAttach = %v, want ErrNotAttached naming %s with %q", err, vaName, tc.wantErr)
+				wantIs := tc.wantIs
+				if wantIs == nil {
+					wantIs = volume.ErrNotAttached
+				}
+				if !errors.Is(err, wantIs) || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), vaName) {
+					t.Fatalf("WaitForAttach = %v, want %v naming %s with %q", err, wantIs, vaName, tc.wantErr)
+				}
+				if !errors.Is(wantIs, volume.ErrNotAttached) && errors.Is(err, volume.ErrNotAttached) {
+					t.Errorf("WaitForAttach = %v, must not read as not attached yet", err)
 				}
 				if v.Attached || v.LastError == nil || v.LastError.Step != volume.StepWaitForAttach {
 					t.Errorf("asw = %+v, want not attached with the error", v)

@@ -147,7 +147,17 @@ func (r *Reconciler) DesiredStateHandler() dsw.Handler {
 // DriverRegistered resets the backoff of, and enqueues, every volume of a
 // driver that registered or re-registered, so that work waiting for it
 // starts now instead of at the end of a backoff of up to two minutes.
-func (r *Reconciler) DriverRegistered(driver string) {
+func (r *Reconciler) DriverRegistered(driver string) { r.wakeDriver(driver) }
+
+// PolicyChanged does the same for a driver whose CSIDriver policy changed
+// (created, updated or deleted): e.g. attachRequired turning false frees
+// volumes that wait for a VolumeAttachment. The desired state does not
+// change with a policy, so nothing else wakes them.
+func (r *Reconciler) PolicyChanged(driver string) { r.wakeDriver(driver) }
+
+// wakeDriver resets the backoff of, and enqueues, every volume of driver
+// and its pods.
+func (r *Reconciler) wakeDriver(driver string) {
 	for _, name := range r.knownVolumes() {
 		if r.driverOf(name) != driver {
 			continue

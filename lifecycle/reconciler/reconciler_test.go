@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -148,5 +149,32 @@ func TestPodErrorIsTheCondition(t *testing.T) {
 	eventually(t, "InvalidVolumeSpec condition", func() bool {
 		s, _ := h.status.get("p1")
 		return s.Reason == status.ReasonInvalidVolumeSpec && strings.Contains(s.Message, "is not bound")
+	})
+}
+
+func TestPolicyChangeWakesVolumeInBackoff(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Policies = fakePolicies{attachRequired: true}
+		// Only an event can retry within the test.
+		c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour
+	})
+	name := string(volume.PersistentName(testDriver, "h1"))
+	h.ops.setFail("attach "+name, volume.ErrNotAttached)
+	h.setPod("p1", pvSource("h1"))
+	// Wait until the pod's key (which enqueues its unstaged volume) was
+	// handled and every attach failure was handled: from then on the
+	// volume waits out its backoff of an hour.
+	podKey := volume.PodKey{Volume: volume.Name(name), Pod: "p1"}
+	eventually(t, "failed attaches handled", func() bool {
+		return h.seenCount(podKey) > 0 && h.seenCount(volume.Name(name)) == strings.Count(strings.Join(h.ops.history(), "\n"), "attach")
+	})
+	failed := len(h.ops.history())
+
+	// E.g. the CSIDriver now says attachRequired=false.
+	h.ops.setFail("attach "+name, nil)
+	h.r.PolicyChanged(testDriver)
+	eventually(t, "staged and published", func() bool {
+		c := h.ops.history()
+		return len(c) == failed+3 && slices.Equal(c[failed:], []string{"attach " + name, "stage " + name, "publish " + name + "@p1"})
 	})
 }

@@ -76,7 +76,7 @@ func (r *Reconciler) blocker(key volume.PodKey, src volume.Source, specName stri
 		b.Step, b.Err = volume.StepStage, volume.ErrDriverNotRegistered
 	case src.Inline:
 		b.Step = volume.StepPublish
-	case !v.Attached:
+	case !v.Attached && r.cfg.Policies.Get(src.Driver).AttachRequired:
 		b.Step = volume.StepWaitForAttach
 	case v.Stage != volume.Staged:
 		b.Step = volume.StepStage
