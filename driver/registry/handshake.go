@@ -89,7 +89,7 @@ func (r *Registry) register(ctx context.Context, socket string) error {
 		}
 	}
 	if old := r.commit(d); old != nil {
-		_ = old.Client.Close()
+		r.retire(old.Client)
 	}
 	notifyRegistrar(ctx, logger, registrar, nil)
 	logger.Info("Registered CSI driver", "nodeID", d.NodeID, "maxVolumes", d.MaxVolumes, "topology", d.Topology)
@@ -208,7 +208,7 @@ func (r *Registry) deregister(ctx context.Context, socket string) error {
 	r.mu.Unlock()
 
 	if current != nil {
-		_ = current.Client.Close()
+		r.retire(current.Client)
 		logger.Info("Deregistered CSI driver: its registration socket is gone")
 		r.notify(Event{Type: Deregistered, Driver: name, Socket: socket})
 	}

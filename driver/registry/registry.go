@@ -128,8 +128,11 @@ type Registry struct {
 	// nameLocks serializes registration and deregistration per driver name.
 	nameLocks keymutex.KeyMutex
 
-	// mu protects drivers, owners, observers and pendingInitial.
+	// mu protects drivers, owners, observers, pendingInitial and retired.
 	mu sync.RWMutex
+	// retired holds the clients of replaced or deregistered registrations
+	// until they are closed (see retire).
+	retired map[*csiclient.Client]*time.Timer
 	// drivers maps a driver name to its registration.
 	drivers map[string]*Driver
 	// owners maps a registration socket to the driver name it registered,
@@ -298,4 +301,5 @@ func (r *Registry) closeAll() {
 	for _, d := range r.drivers {
 		_ = d.Client.Close()
 	}
+	r.closeRetiredLocked()
 }

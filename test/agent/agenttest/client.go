@@ -1,0 +1,176 @@
+package agenttest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
+)
+
+// requestTimeout bounds one request to the agent's HTTP endpoint.
+const requestTimeout = 10 * time.Second
+
+// Paths served on the agent's --http-endpoint.
+const (
+	HealthzPath = "/healthz"
+	ReadyzPath  = "/readyz"
+	MetricsPath = "/metrics"
+	VolumesPath = "/api/v1/volumes"
+	DriversPath = "/api/v1/drivers"
+)
+
+// URL returns the agent's URL of path.
+func (a *Agent) URL(path string) string { return "http://" + a.HTTPEndpoint + path }
+
+// Get asks the agent for path and returns the HTTP status code and body.
+func (a *Agent) Get(ctx context.Context, path string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL(path), nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	return resp.StatusCode, body, nil
+}
+
+// getJSON asks for path and decodes a 200 answer into v.
+func (a *Agent) getJSON(ctx context.Context, path string, v any) error {
+	code, body, err := a.Get(ctx, path)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d: %s", path, code, bytes.TrimSpace(body))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: decode: %w", path, err)
+	}
+	return nil
+}
+
+// Volumes returns the agent's volumes from its JSON status API.
+func (a *Agent) Volumes(ctx context.Context) ([]app.VolumeStatus, error) {
+	var vols []app.VolumeStatus
+	return vols, a.getJSON(ctx, VolumesPath, &vols)
+}
+
+// Drivers returns the agent's registered drivers from its JSON status API.
+func (a *Agent) Drivers(ctx context.Context) ([]app.DriverStatus, error) {
+	var drivers []app.DriverStatus
+	return drivers, a.getJSON(ctx, DriversPath, &drivers)
+}
+
+// StatusCommand runs `csi-volmgr status -o json --server <endpoint>`, the client a user runs,
+// and decodes its output.
+func (a *Agent) StatusCommand(ctx context.Context) ([]app.VolumeStatus, error) {
+	var vols []app.VolumeStatus
+	return vols, a.runClient(ctx, "status", &vols)
+}
+
+// DriversCommand runs `csi-volmgr drivers -o json --server <endpoint>` and decodes its output.
+func (a *Agent) DriversCommand(ctx context.Context) ([]app.DriverStatus, error) {
+	var drivers []app.DriverStatus
+	return drivers, a.runClient(ctx, "drivers", &drivers)
+}
+
+// runClient runs a client command of the binary against the agent with -o json and decodes
+// its standard output into v.
+func (a *Agent) runClient(ctx context.Context, command string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, a.binary, command, "-o", "json", "--server", a.URL(""))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("csi-volmgr %s: %w: %s", command, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
+		return fmt.Errorf("csi-volmgr %s -o json printed something else than JSON: %w:\n%s", command, err, stdout.Bytes())
+	}
+	return nil
+}
+
+// Metrics scrapes /metrics and parses the text exposition.
+func (a *Agent) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	code, body, err := a.Get(ctx, MetricsPath)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: status %d", MetricsPath, code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", MetricsPath, err)
+	}
+	return families, nil
+}
+
+// WaitForVolumes asks the status API until done returns true for the volumes, and returns them.
+// Errors (e.g. while the agent restarts) count as not done. It fails when ctx ends first,
+// returning the volumes it saw last.
+func (a *Agent) WaitForVolumes(ctx context.Context, done func([]app.VolumeStatus) bool) ([]app.VolumeStatus, error) {
+	var last []app.VolumeStatus
+	var lastErr error
+	err := pollUntil(ctx, func(ctx context.Context) (bool, error) {
+		vols, err := a.Volumes(ctx)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		last, lastErr = vols, nil
+		return done(vols), nil
+	})
+	if err != nil && lastErr != nil {
+		err = fmt.Errorf("%w (last error: %w)", err, lastErr)
+	}
+	return last, err
+}
+
+// WaitReady waits until /readyz answers 200.
+func (a *Agent) WaitReady(ctx context.Context) error {
+	return pollUntil(ctx, func(ctx context.Context) (bool, error) {
+		code, _, err := a.Get(ctx, ReadyzPath)
+		return err == nil && code == http.StatusOK, nil
+	})
+}
+
+// pollUntil calls cond every pollInterval until it returns true or an error, or ctx ends.
+func pollUntil(ctx context.Context, cond func(context.Context) (bool, error)) error {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		ok, err := cond(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the agent: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
