@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
@@ -25,9 +24,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Drivers is what the lifecycle needs of the driver registry;
@@ -35,6 +32,8 @@ import (
 type Drivers interface {
 	// Client returns a registered driver's connection.
 	Client(name string) (*csiclient.Client, bool)
+	// Driver returns a registered driver's registration (node ID, ...).
+	Driver(name string) (registry.Driver, bool)
 	// Subscribe registers an observer of registrations.
 	Subscribe(fn func(registry.Event))
 }
@@ -48,8 +47,15 @@ type Policies interface {
 
 // Config configures a Manager.
 type Config struct {
-	// Client talks to the API server.
+	// Client talks to the API server. Exactly one of Client and Standalone
+	// is set.
 	Client kubernetes.Interface
+	// Standalone, instead of Client, runs the node without an API server:
+	// pods and the objects they reference come from it (a manifest
+	// directory), volumes are attached by the agent itself
+	// (lifecycle/localattach), and status goes to logs, Snapshot and the
+	// metrics only.
+	Standalone StandaloneSource
 	// NodeName is the node whose pods this agent serves.
 	NodeName string
 	// RootDir is the agent's root directory (kubelet layout below it).
@@ -62,6 +68,11 @@ type Config struct {
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion, for nodes that have no kubelet.
 	RemoveTerminatingPods bool
+	// CompletePodDeletion deletes a pod marked for deletion (grace period
+	// 0, UID precondition) once its volumes are torn down, as a kubelet does
+	// after its containers stop: for nodes where the agent is the only
+	// agent. It needs Client and RemoveTerminatingPods.
+	CompletePodDeletion bool
 	// ClusterWideInformers caches every PVC, PV and VolumeAttachment instead
 	// of watching the referenced ones by name (small clusters only).
 	ClusterWideInformers bool
@@ -81,13 +92,20 @@ type Manager struct {
 
 	// ready is set once reconstruction is done and the desired state synced.
 	ready atomic.Bool
+	// synced is closed at the same moment.
+	synced chan struct{}
+	// operations hands Run's operations to the front endpoint (Operations).
+	operations operationsHandle
 }
 
 // New validates cfg and returns a Manager; Run starts it.
 func New(cfg Config) (*Manager, error) {
 	var errs []error
-	if cfg.Client == nil {
-		errs = append(errs, errors.New("client is required"))
+	if (cfg.Client == nil) == (cfg.Standalone == nil) {
+		errs = append(errs, errors.New("exactly one of client and standalone source is required"))
+	}
+	if cfg.CompletePodDeletion && (cfg.Client == nil || !cfg.RemoveTerminatingPods) {
+		errs = append(errs, errors.New("completing pod deletion needs a client and RemoveTerminatingPods"))
 	}
 	if cfg.NodeName == "" {
 		errs = append(errs, errors.New("node name is required"))
@@ -102,7 +120,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
-	return &Manager{cfg: cfg, layout: layout, world: asw.New(asw.Options{}), desire: dsw.New()}, nil
+	return &Manager{cfg: cfg, layout: layout, world: asw.New(asw.Options{}), desire: dsw.New(), synced: make(chan struct{})}, nil
 }
 
 // Ready reports whether the actual state was reconstructed and the desired
@@ -122,16 +140,28 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("reconstruct actual state: %w", err)
 	}
 
-	met, err := metrics.New(metrics.Config{Registerer: m.cfg.Registerer, Volumes: m.volumeCounts})
+	registerer := m.cfg.Registerer
+	if registerer == nil {
+		// Nobody gathers this registry: the metrics are recorded and dropped.
+		registerer = prometheus.NewRegistry()
+	}
+	met, err := metrics.New(metrics.Config{Registerer: registerer, Volumes: m.volumeCounts})
 	if err != nil {
 		return err
 	}
-	src, err := source.New(ctx, source.Config{Client: m.cfg.Client, NodeName: m.cfg.NodeName, ClusterWideInformers: m.cfg.ClusterWideInformers})
-	if err != nil {
-		return fmt.Errorf("start sources: %w", err)
+	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
+	var in inputs
+	if m.cfg.Standalone != nil {
+		in, err = m.standaloneInputs(ctx)
+	} else {
+		in, err = m.clusterInputs(ctx, queues)
 	}
+	if err != nil {
+		return err
+	}
+	defer in.shutdown()
 	pop, err := populator.New(populator.Config{
-		Source: src, DesiredState: m.desire, Policies: m.cfg.Policies,
+		Source: in.source, DesiredState: m.desire, Policies: m.cfg.Policies,
 		NodeName: m.cfg.NodeName, RemoveTerminatingPods: m.cfg.RemoveTerminatingPods,
 	})
 	if err != nil {
@@ -141,76 +171,55 @@ func (m *Manager) Run(ctx context.Context) error {
 		RootDir: m.layout.Root(), NodeName: m.cfg.NodeName,
 		Drivers:     operations.ClientLookup(m.cfg.Drivers.Client),
 		Policies:    m.cfg.Policies,
-		Attachments: src.Attachments(),
+		Attachments: in.attachments,
 		State:       m.world,
-		Secrets:     source.NewSecrets(m.cfg.Client),
-		Tokens:      tokenRequester{client: m.cfg.Client},
+		Secrets:     in.secrets,
+		Tokens:      in.tokens,
 		Mounts:      mounter,
 		Observer:    met,
 	})
 	if err != nil {
 		return err
 	}
-	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
-	conds, err := status.NewPodConditions(status.PodConditionsConfig{
-		Client: m.cfg.Client, Queue: queues,
-		CachedPod: func(namespace, name string) *corev1.Pod {
-			pod, _ := src.PodByName(namespace, name)
-			return pod
-		},
-	})
-	if err != nil {
-		return err
-	}
-	events, err := status.NewEvents(ctx, status.EventsConfig{Client: m.cfg.Client, NodeName: m.cfg.NodeName})
-	if err != nil {
-		return err
-	}
-	defer events.Shutdown()
-
-	var rec *reconciler.Reconciler
-	inUse, err := status.NewVolumesInUse(status.VolumesInUseConfig{
-		Client: m.cfg.Client, NodeName: m.cfg.NodeName, Queue: queues,
-		OnReported: func(names []volume.Name) { rec.Reported(names) },
-	})
-	if err != nil {
-		return err
-	}
+	m.operations.set(ops)
 	rcfg := m.cfg.Reconciler
-	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, ops
+	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, in.wrap(ops)
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = m.cfg.Policies, registered{m.cfg.Drivers}, pop.Synced()
-	rcfg.Status, rcfg.Events, rcfg.InUse, rcfg.Ready = conds, events, inUse, met
+	rcfg.Status, rcfg.Events, rcfg.InUse, rcfg.Ready = in.status, in.events, in.inUse, met
 	rcfg.MetricsProvider = met.WorkqueueProvider()
 	if m.cfg.ResyncPeriod != 0 {
 		rcfg.ResyncPeriod = m.cfg.ResyncPeriod
 	}
-	rec, err = reconciler.New(rcfg)
+	rec, err := reconciler.New(rcfg)
 	if err != nil {
 		return err
 	}
 	m.desire.Subscribe(rec.DesiredStateHandler())
-	src.OnAttachmentChange(rec.AttachmentChanged)
+	in.connect(rec)
+	m.cfg.Policies.OnChange(rec.PolicyChanged)
 	m.cfg.Drivers.Subscribe(func(ev registry.Event) {
 		if ev.Type == registry.Registered {
 			rec.DriverRegistered(ev.Driver)
+			in.driverRegistered(ev.Driver)
 		}
 	})
 
 	var wg sync.WaitGroup
-	wg.Go(func() { src.Run(ctx) })
+	for _, run := range in.run {
+		wg.Go(func() { run(ctx) })
+	}
 	wg.Go(func() {
 		if err := pop.Run(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Populator stopped")
 		}
 	})
-	wg.Go(func() { conds.Run(ctx, 4) })
-	wg.Go(func() { inUse.Run(ctx) })
 	wg.Go(func() { rec.Run(ctx) })
 	wg.Go(func() {
 		select {
 		case <-ctx.Done():
 		case <-pop.Synced():
 			m.ready.Store(true)
+			close(m.synced)
 			logger.Info("Volume lifecycle ready: actual state reconstructed, desired state synced")
 		}
 	})

@@ -24,6 +24,9 @@ type Volume struct {
 	// Stage is the stage state and StagingPath the staging_target_path.
 	Stage       volume.StageState
 	StagingPath string
+	// External marks a stage done for a container orchestrator through the
+	// front endpoint (see StageOutcome.External).
+	External bool
 	// Reconstructed marks a stage state found at start-up and not proven since.
 	Reconstructed bool
 	// LastError is the volume's last error (attach, stage or unstage), nil if none.
@@ -38,6 +41,9 @@ type Pod struct {
 	// State is the publish state and TargetPath the target_path.
 	State      volume.PublishState
 	TargetPath string
+	// External marks a publish done for a container orchestrator through
+	// the front endpoint (see PublishOutcome.External).
+	External bool
 	// Reconstructed marks a publish state found at start-up and not proven since.
 	Reconstructed bool
 	// LastError is the pod's last publish or unpublish error, nil if none.
@@ -58,6 +64,7 @@ func (v *volumeEntry) copy(name volume.Name) Volume {
 		PublishContext: maps.Clone(v.publishContext),
 		Stage:          v.stage,
 		StagingPath:    v.stagingPath,
+		External:       v.external,
 		Reconstructed:  v.reconstructed,
 		LastError:      copyFailure(v.lastErr),
 	}
@@ -68,6 +75,7 @@ func (p *podEntry) copy(key volume.PodKey) Pod {
 		Key:           key,
 		State:         p.state,
 		TargetPath:    p.targetPath,
+		External:      p.external,
 		Reconstructed: p.reconstructed,
 		LastError:     copyFailure(p.lastErr),
 	}

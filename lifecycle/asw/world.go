@@ -41,6 +41,10 @@ type StageOutcome struct {
 	State volume.StageState
 	// StagingPath is the staging_target_path used.
 	StagingPath string
+	// External marks a stage a container orchestrator asked for through the
+	// front endpoint, at a staging path it chose: the volume's stage is that
+	// caller's to tear down, never the reconciler's.
+	External bool
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -53,6 +57,10 @@ type PublishOutcome struct {
 	State volume.PublishState
 	// TargetPath is the target_path used.
 	TargetPath string
+	// External marks a publish a container orchestrator asked for through
+	// the front endpoint, at a target path it chose: it is that caller's to
+	// tear down, never the reconciler's.
+	External bool
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -79,6 +87,7 @@ type volumeEntry struct {
 	publishContext map[string]string
 	stage          volume.StageState
 	stagingPath    string
+	external       bool
 	reconstructed  bool
 	lastErr        *Failure
 	pods           map[types.UID]*podEntry
@@ -87,6 +96,7 @@ type volumeEntry struct {
 type podEntry struct {
 	state         volume.PublishState
 	targetPath    string
+	external      bool
 	reconstructed bool
 	lastErr       *Failure
 }
@@ -154,12 +164,14 @@ func (w *World) RecordAttach(name volume.Name, id VolumeID, publishContext map[s
 
 // RecordStage records the outcome of a stage or unstage step. A nil
 // o.Err clears the volume's last error; reaching Staged also clears the
-// reconstructed mark, since the state is now proven.
+// reconstructed mark, since the state is now proven. o.External says who
+// owns the stage from now on; a volume left NotStaged has nothing to own.
 func (w *World) RecordStage(name volume.Name, id VolumeID, o StageOutcome) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v := w.volume(name, id)
 	v.stage = o.State
+	v.external = o.External && o.State != volume.NotStaged
 	if o.StagingPath != "" {
 		v.stagingPath = o.StagingPath
 	}
@@ -171,12 +183,13 @@ func (w *World) RecordStage(name volume.Name, id VolumeID, o StageOutcome) {
 
 // RecordPublish records the outcome of a publish or unpublish step for one
 // pod. A nil o.Err clears the pod's last error; reaching Published also
-// clears the reconstructed mark.
+// clears the reconstructed mark. o.External says who owns the publish.
 func (w *World) RecordPublish(key volume.PodKey, id VolumeID, o PublishOutcome) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pod(key, id)
 	p.state = o.State
+	p.external = o.External
 	if o.TargetPath != "" {
 		p.targetPath = o.TargetPath
 	}

@@ -56,6 +56,22 @@ func (t *tree) removeMountPoint(path string) error {
 	return nil
 }
 
+// checkUnmounted returns an error wrapping ErrStillMounted when path, which
+// belongs to a container orchestrator and is never removed here, is still a
+// mount point; a missing path is fine.
+func (t *tree) checkUnmounted(path string) error {
+	mounted, err := t.mounts.IsMountPoint(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checking whether %s is a mount point: %w", path, err)
+	case mounted:
+		return fmt.Errorf("%s is %w", path, ErrStillMounted)
+	}
+	return nil
+}
+
 // removeRecordDir removes the record in dir, then dir itself, then every
 // parent that became empty, up to but excluding stop.
 func (t *tree) removeRecordDir(record, dir, stop string) error {

@@ -4,5 +4,8 @@
 // on-disk records (lifecycle/checkpoint) in the kubelet's layout
 // (lifecycle/paths), record every outcome in the actual state of world with
 // the uncertain-state rules of reference §1.8, and serialize the steps on a
-// volume so that the reconciler and the front endpoint can share them.
+// volume so that the reconciler and the front endpoint can share them. The
+// front endpoint's requests (StageRequest, PublishRequest, ... in
+// caller.go) run through the same steps, at the paths the container
+// orchestrator chose.
 package operations

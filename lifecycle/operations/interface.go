@@ -30,6 +30,12 @@ type DriverClient interface {
 	NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) error
 	// NodeUnpublishVolume calls the driver's NodeUnpublishVolume.
 	NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) error
+	// NodeGetVolumeStats calls the driver's NodeGetVolumeStats.
+	NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error)
+	// NodeExpandVolume calls the driver's NodeExpandVolume.
+	NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error)
+	// NodeGetInfo calls the driver's NodeGetInfo.
+	NodeGetInfo(ctx context.Context) (*csi.NodeGetInfoResponse, error)
 }
 
 var (
@@ -152,6 +158,7 @@ type StateRecorder interface {
 type ActualState interface {
 	StateReader
 	StateRecorder
+	StateRestorer
 }
 
 var _ ActualState = &asw.World{}

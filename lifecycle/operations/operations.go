@@ -48,7 +48,9 @@ type Config struct {
 }
 
 // Operations performs the CSI steps of the lifecycle, one step per call:
-// WaitForAttach, Stage, Publish, Unpublish and Unstage. Each call is a plain
+// WaitForAttach, Stage, Publish, Unpublish and Unstage for the reconciler,
+// and the same steps as a container orchestrator asks for them through the
+// front endpoint (caller.go). Each call is a plain
 // method that returns an error; it records its outcome in the actual state
 // of world (mapping csiclient's error classes to states as reference §1.8
 // says, see transitions.go), keeps the on-disk records (written before the
@@ -68,8 +70,9 @@ type Operations struct {
 	mounts      Mounts
 	observer    Observer
 
-	locks *locks
-	tree  *tree
+	locks   *locks
+	tree    *tree
+	digests *digests
 }
 
 // New returns Operations for cfg.
@@ -111,6 +114,7 @@ func New(cfg Config) (*Operations, error) {
 		observer:    cfg.Observer,
 		locks:       newLocks(),
 		tree:        &tree{mounts: mounts},
+		digests:     newDigests(),
 	}, nil
 }
 

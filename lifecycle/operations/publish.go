@@ -51,23 +51,12 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	defer unlock()
 	start := time.Now()
 	defer func() { o.observe(src.Driver, volume.StepPublish, start, err) }()
-	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", src.Driver,
-		"pod", klog.KRef(pv.Pod.Namespace, pv.Pod.Name), "podUID", key.Pod)
-
-	id := volumeID(src)
-	prev, _ := o.state.Pod(key)
-	// target is what the entry records as target path: from the moment the
-	// record may be on disk, the layout's, so Unpublish finds and removes it.
-	target := prev.TargetPath
-	fail := func(err error) error {
-		o.state.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: prev.State, TargetPath: target, Err: err})
-		logger.V(2).Info("Publish failed before NodePublishVolume", "err", err)
-		return err
-	}
+	s := o.beginPublish(ctx, key, volumeID(src), false)
+	s.logger = s.logger.WithValues("pod", klog.KRef(pv.Pod.Namespace, pv.Pod.Name))
 
 	client, err := o.driver(src.Driver)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	pol := o.policies.Get(src.Driver)
 	mode := storagev1.VolumeLifecyclePersistent
@@ -75,48 +64,49 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		mode = storagev1.VolumeLifecycleEphemeral
 	}
 	if !pol.SupportsLifecycleMode(mode) {
-		return fail(fmt.Errorf("%w: driver %q does not support %s volumes (CSIDriver volumeLifecycleModes %v)",
+		return s.fail(fmt.Errorf("%w: driver %q does not support %s volumes (CSIDriver volumeLifecycleModes %v)",
 			volume.ErrInvalidSpec, src.Driver, mode, pol.VolumeLifecycleModes))
 	}
 	pub, err := o.layout.Publishing(key.Pod, pv.PublishName(src), src.AccessType)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	caps, err := client.NodeCapabilities(ctx)
 	if err != nil {
-		return fail(fmt.Errorf("getting the node capabilities of driver %q: %w", src.Driver, err))
+		return s.fail(fmt.Errorf("getting the node capabilities of driver %q: %w", src.Driver, err))
 	}
 	stagingPath := ""
 	if !src.Inline && caps.StageUnstage() {
 		v, ok := o.state.Volume(key.Volume)
 		if !ok || v.Stage != volume.Staged {
-			return fail(fmt.Errorf("%w: %s", volume.ErrNotStaged, key.Volume))
+			return s.fail(fmt.Errorf("%w: %s", volume.ErrNotStaged, key.Volume))
 		}
 		stagingPath = v.StagingPath
 	}
 	publishContext, err := o.publishContext(key.Volume, src, pol.AttachRequired)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	if rwop {
 		for _, uid := range o.state.Publishers(key.Volume) {
 			if uid != key.Pod {
-				return fail(fmt.Errorf("%w: %s uses the ReadWriteOncePod access mode and is already published for pod %s",
+				return s.fail(fmt.Errorf("%w: %s uses the ReadWriteOncePod access mode and is already published for pod %s",
 					volume.ErrInUse, key.Volume, uid))
 			}
 		}
 	}
 	secrets, err := o.secret(ctx, src.PublishSecret)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	volCtx, secrets, err := o.publishContexts(ctx, src, pv, pol, secrets)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
-	target = pub.Target
-	err = o.tree.write(func() error {
-		if err := checkpoint.WritePublish(pub.Record, checkpoint.PublishRecord{
+	return s.run(ctx, publishPlan{
+		client: client,
+		site:   publishingSite{Publishing: pub},
+		record: checkpoint.PublishRecord{
 			SpecVolID:           pv.PublishName(src),
 			VolumeHandle:        src.Handle,
 			DriverName:          src.Driver,
@@ -127,38 +117,18 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 			PodUID:              key.Pod,
 			AccessType:          src.AccessType,
 			TargetPath:          pub.Target,
-		}); err != nil {
-			return fmt.Errorf("writing the publish record: %w", err)
-		}
-		return checkpoint.MkdirAll(filepath.Dir(pub.Target))
+		},
+		req: &csi.NodePublishVolumeRequest{
+			VolumeId:          src.Handle,
+			PublishContext:    publishContext,
+			StagingTargetPath: stagingPath,
+			TargetPath:        pub.Target,
+			VolumeCapability:  capability(src, caps, pv.FSGroup),
+			Readonly:          pv.ReadOnly,
+			Secrets:           secrets,
+			VolumeContext:     volCtx,
+		},
 	})
-	if err != nil {
-		return fail(err)
-	}
-
-	rpcErr := client.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-		VolumeId:          src.Handle,
-		PublishContext:    publishContext,
-		StagingTargetPath: stagingPath,
-		TargetPath:        pub.Target,
-		VolumeCapability:  capability(src, caps, pv.FSGroup),
-		Readonly:          pv.ReadOnly,
-		Secrets:           secrets,
-		VolumeContext:     volCtx,
-	})
-	next := afterPublish(prev.State, prev.Reconstructed, rpcErr)
-	if next == volume.NotPublished {
-		if cleanErr := o.removePublishing(pub); cleanErr != nil {
-			logger.Error(cleanErr, "Failed to clean up after a final NodePublishVolume error")
-		}
-	}
-	o.state.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: next, TargetPath: pub.Target, Err: rpcErr})
-	if rpcErr != nil {
-		logger.V(2).Info("NodePublishVolume failed", "state", next, "err", rpcErr)
-		return rpcErr
-	}
-	logger.V(2).Info("Published volume", "targetPath", pub.Target)
-	return nil
 }
 
 // Unpublish unpublishes volume key.Volume for pod key.Pod
@@ -168,20 +138,31 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 // actual state holds (filled from the publish record after a restart), no
 // Source; the target path is checked against the layout.
 //
-// A pod entry the actual state does not know has nothing to unpublish. An
-// entry left NotPublished by a failed publish gets no call: leftovers are
-// removed and the entry is forgotten. NotFound from the driver counts as
-// success. Any other error, or a target still mounted afterwards
-// (ErrStillMounted), leaves the publish uncertain: the pod's volume is
-// published again while wanted and unpublished again when not.
-func (o *Operations) Unpublish(ctx context.Context, key volume.PodKey) (err error) {
+// A pod entry the actual state does not know has nothing to unpublish, nor
+// has one a container orchestrator published through the front endpoint
+// (UnpublishRequest tears that down). An entry left NotPublished by a
+// failed publish gets no call: leftovers are removed and the entry is
+// forgotten. NotFound from the driver counts as success. Any other error, or
+// a target still mounted afterwards (ErrStillMounted), leaves the publish
+// uncertain: the pod's volume is published again while wanted and
+// unpublished again when not.
+func (o *Operations) Unpublish(ctx context.Context, key volume.PodKey) error {
+	return o.unpublish(ctx, key, "")
+}
+
+// unpublish is Unpublish when callerTarget is empty, and UnpublishRequest
+// for a container orchestrator's target path otherwise: the same locks,
+// calls and outcomes, with the caller's target and record location.
+func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTarget string) (err error) {
 	unlock, err := o.locks.lockPod(ctx, key, false)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	external := callerTarget != ""
 	p, ok := o.state.Pod(key)
-	if !ok {
+	if !ok || p.External != external || (external && p.TargetPath != callerTarget) {
+		// Not published, or not by this caller at this target.
 		return nil
 	}
 	v, _ := o.state.Volume(key.Volume)
@@ -190,23 +171,30 @@ func (o *Operations) Unpublish(ctx context.Context, key volume.PodKey) (err erro
 	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", v.Driver, "podUID", key.Pod)
 
 	fail := func(state volume.PublishState, err error) error {
-		o.state.RecordPublish(key, v.VolumeID, asw.PublishOutcome{Step: volume.StepUnpublish, State: state, TargetPath: p.TargetPath, Err: err})
+		o.state.RecordPublish(key, v.VolumeID, asw.PublishOutcome{Step: volume.StepUnpublish, State: state, TargetPath: p.TargetPath, External: external, Err: err})
 		logger.V(2).Info("Unpublish failed", "state", state, "err", err)
 		return err
 	}
 	if p.TargetPath == "" {
 		// A publish that failed before its target was known left nothing.
-		o.state.ForgetPod(key)
+		o.forgetPod(key)
 		return nil
 	}
-	parsed, err := o.layout.ParseTarget(p.TargetPath)
+	var site publishingSite
+	if external {
+		site, err = o.callerPublishing(v.VolumeID, key, p.TargetPath)
+	} else {
+		var parsed paths.PodVolume
+		parsed, err = o.layout.ParseTarget(p.TargetPath)
+		site = publishingSite{Publishing: parsed.Publishing}
+	}
 	if err != nil {
 		return fail(p.State, err)
 	}
 	if p.State != volume.NotPublished {
 		handle, driver := v.Handle, v.Driver
 		if handle == "" || driver == "" {
-			rec, err := checkpoint.ReadPublish(parsed.Record)
+			rec, err := checkpoint.ReadPublish(site.Record)
 			if err != nil {
 				return fail(p.State, fmt.Errorf("no volume handle recorded for %s: %w", key, err))
 			}
@@ -224,26 +212,105 @@ func (o *Operations) Unpublish(ctx context.Context, key volume.PodKey) (err erro
 			return fail(volume.PublishUncertain, rpcErr)
 		}
 	}
-	if err := o.removePublishing(parsed.Publishing); err != nil {
+	if err := o.removePublishing(site); err != nil {
 		return fail(volume.PublishUncertain, err)
 	}
-	o.state.ForgetPod(key)
+	o.forgetPod(key)
 	logger.V(2).Info("Unpublished volume", "targetPath", p.TargetPath)
 	return nil
 }
 
-// removePublishing removes the target (unless still mounted), then the
-// publish record and every directory that became empty: up to <root>/pods
-// for the record's side, up to <root>/plugins/kubernetes.io/csi for a block
-// target's parent.
-func (o *Operations) removePublishing(pub paths.Publishing) error {
-	if err := o.tree.removeMountPoint(pub.Target); err != nil {
+// publishStep is one publish step in progress, run under the pod's lock:
+// what the actual state held when it began, and how it records a failure.
+type publishStep struct {
+	o   *Operations
+	key volume.PodKey
+	id  asw.VolumeID
+	// prev is the pod's entry when the step began; known says it had one.
+	prev  asw.Pod
+	known bool
+	// target is what the entry records as target path: from the moment the
+	// record may be on disk, the site's, so a teardown finds and removes it.
+	target string
+	// external marks a step a container orchestrator asked for through the
+	// front endpoint.
+	external bool
+	logger   klog.Logger
+}
+
+// beginPublish starts a publish step; the pod's lock must be held.
+func (o *Operations) beginPublish(ctx context.Context, key volume.PodKey, id asw.VolumeID, external bool) *publishStep {
+	s := &publishStep{o: o, key: key, id: id, external: external,
+		logger: klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", id.Driver, "podUID", key.Pod)}
+	s.prev, s.known = o.state.Pod(key)
+	s.target = s.prev.TargetPath
+	if v, ok := o.state.Volume(key.Volume); ok && s.id.PVName == "" {
+		// A caller's request does not know the PV; keep what was recorded.
+		s.id.PVName = v.PVName
+	}
+	return s
+}
+
+// fail records an error of a step that did not reach the driver: the
+// publish state stays as it was. A caller's step on a target nobody knew
+// records nothing; the caller gets the error.
+func (s *publishStep) fail(err error) error {
+	s.logger.V(2).Info("Publish failed before NodePublishVolume", "err", err)
+	if s.external && !s.known {
 		return err
 	}
-	if targetDir := filepath.Dir(pub.Target); targetDir != pub.Dir {
-		if err := o.tree.prune(targetDir, o.layout.PluginDir()); err != nil {
-			return err
+	s.o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepPublish, State: s.prev.State,
+		TargetPath: s.target, External: s.external, Err: err})
+	return err
+}
+
+// publishPlan is a publish step ready to run.
+type publishPlan struct {
+	client DriverClient
+	// site is where the volume is published and its record kept.
+	site publishingSite
+	// record is written to site.Record before the call.
+	record checkpoint.PublishRecord
+	// req is sent to the driver.
+	req *csi.NodePublishVolumeRequest
+}
+
+// run writes the publish record (and, for the layout, the target's parent
+// directory), calls NodePublishVolume and records the outcome as
+// transitions.go says, cleaning up when nothing ended up published.
+func (s *publishStep) run(ctx context.Context, p publishPlan) error {
+	o := s.o
+	s.target = p.site.Target
+	err := o.tree.write(func() error {
+		if err := checkpoint.WritePublish(p.site.Record, p.record); err != nil {
+			return fmt.Errorf("writing the publish record: %w", err)
+		}
+		if p.site.caller {
+			return nil
+		}
+		return checkpoint.MkdirAll(filepath.Dir(p.site.Target))
+	})
+	if err != nil {
+		return s.fail(err)
+	}
+
+	rpcErr := p.client.NodePublishVolume(ctx, p.req)
+	next := afterPublish(s.prev.State, s.prev.Reconstructed, rpcErr)
+	if next == volume.NotPublished {
+		if cleanErr := o.removePublishing(p.site); cleanErr != nil {
+			s.logger.Error(cleanErr, "Failed to clean up after a final NodePublishVolume error")
 		}
 	}
-	return o.tree.removeRecordDir(pub.Record, pub.Dir, o.layout.PodsDir())
+	if next == volume.NotPublished && s.external && !s.known {
+		// The caller got the error; there is nothing to remember.
+		o.forgetPod(s.key)
+	} else {
+		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepPublish, State: next, TargetPath: p.site.Target, External: s.external, Err: rpcErr})
+	}
+	if rpcErr != nil {
+		s.logger.V(2).Info("NodePublishVolume failed", "state", next, "err", rpcErr)
+		return rpcErr
+	}
+	s.logger.V(2).Info("Published volume", "targetPath", p.site.Target)
+	return nil
 }

@@ -3,7 +3,6 @@ package operations
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -34,7 +32,9 @@ import (
 // The outcome follows transitions.go. When it leaves the volume NotStaged
 // (a final error on a volume that was not staged before), the staging
 // directory and the record are removed again. Inline volumes are never
-// staged: Stage does nothing for them.
+// staged: Stage does nothing for them. A volume a container orchestrator
+// staged through the front endpoint (StageRequest) is that caller's: Stage
+// fails with an error wrapping volume.ErrInUse until it is unstaged.
 func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Source, fsGroup *int64) (err error) {
 	if src.Inline {
 		return nil
@@ -46,85 +46,55 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 	defer unlock()
 	start := time.Now()
 	defer func() { o.observe(src.Driver, volume.StepStage, start, err) }()
-	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", src.Driver)
+	s := o.beginStage(ctx, name, volumeID(src), false)
 
-	id := volumeID(src)
-	prev, _ := o.state.Volume(name)
-	// fail records an error of a step that did not reach the driver: the
-	// stage state stays as it was.
-	fail := func(err error) error {
-		o.state.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: prev.Stage, StagingPath: prev.StagingPath, Err: err})
-		logger.V(2).Info("Stage failed before NodeStageVolume", "err", err)
-		return err
+	if s.known && s.prev.External {
+		return s.fail(fmt.Errorf("%w: %s is staged at %s by a container orchestrator through the front endpoint",
+			volume.ErrInUse, name, s.prev.StagingPath))
 	}
-
 	client, err := o.driver(src.Driver)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	st, err := o.layout.Staging(src)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	publishContext, err := o.publishContext(name, src, o.policies.Get(src.Driver).AttachRequired)
 	if err != nil {
-		return fail(err)
+		return s.fail(err)
 	}
 	caps, err := client.NodeCapabilities(ctx)
 	if err != nil {
-		return fail(fmt.Errorf("getting the node capabilities of driver %q: %w", src.Driver, err))
+		return s.fail(fmt.Errorf("getting the node capabilities of driver %q: %w", src.Driver, err))
 	}
-	var secrets map[string]string
-	if caps.StageUnstage() {
-		if secrets, err = o.secret(ctx, src.StageSecret); err != nil {
-			return fail(err)
-		}
-	}
-	err = o.tree.write(func() error {
-		if err := checkpoint.WriteStage(st.Record, checkpoint.StageRecord{
+	p := stagePlan{
+		client: client,
+		site:   stagingSite{Staging: st},
+		record: checkpoint.StageRecord{
 			VolumeHandle: src.Handle,
 			DriverName:   src.Driver,
 			VolumeName:   name,
 			PVName:       src.PVName,
 			AccessType:   src.AccessType,
 			StagingPath:  st.Path,
-		}); err != nil {
-			return fmt.Errorf("writing the staged record: %w", err)
+		},
+	}
+	if caps.StageUnstage() {
+		secrets, err := o.secret(ctx, src.StageSecret)
+		if err != nil {
+			return s.fail(err)
 		}
-		return checkpoint.MkdirAll(st.Path)
-	})
-	if err != nil {
-		return fail(err)
-	}
-
-	if !caps.StageUnstage() {
-		o.state.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: st.Path})
-		logger.V(2).Info("Driver has no stage step, volume counts as staged")
-		return nil
-	}
-	rpcErr := client.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
-		VolumeId:          src.Handle,
-		PublishContext:    publishContext,
-		StagingTargetPath: st.Path,
-		VolumeCapability:  capability(src, caps, fsGroup),
-		Secrets:           secrets,
-		VolumeContext:     src.Attributes,
-	})
-	next := afterStage(prev.Stage, prev.Reconstructed, rpcErr)
-	if next == volume.NotStaged {
-		// Nothing is staged: take back the directory and the record, as
-		// the kubelet does after a final error.
-		if cleanErr := o.removeStaging(st); cleanErr != nil {
-			logger.Error(cleanErr, "Failed to clean up after a final NodeStageVolume error")
+		p.req = &csi.NodeStageVolumeRequest{
+			VolumeId:          src.Handle,
+			PublishContext:    publishContext,
+			StagingTargetPath: st.Path,
+			VolumeCapability:  capability(src, caps, fsGroup),
+			Secrets:           secrets,
+			VolumeContext:     src.Attributes,
 		}
 	}
-	o.state.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: st.Path, Err: rpcErr})
-	if rpcErr != nil {
-		logger.V(2).Info("NodeStageVolume failed", "state", next, "err", rpcErr)
-		return rpcErr
-	}
-	logger.V(2).Info("Staged volume", "stagingTargetPath", st.Path)
-	return nil
+	return s.run(ctx, p)
 }
 
 // Unstage unstages volume name (NodeUnstageVolume, reference §1.5) and, on
@@ -136,20 +106,31 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 // is present or uncertain (asw MayUnstage, the one rule) or while the
 // staging path is still bind-mounted elsewhere (the kubelet's
 // GetDeviceMountRefs check). A volume the actual state does not know is
-// not staged: nothing to do. A volume recorded NotStaged (attached only, or
-// after a final stage error) gets no call: leftovers are removed and it is
-// forgotten. A driver without STAGE_UNSTAGE_VOLUME gets no call either.
-// NotFound from the driver counts as success. Any other error, or a staging
-// path still mounted afterwards (ErrStillMounted), leaves the volume
-// StageUncertain: staged again while wanted, unstaged again when not.
-func (o *Operations) Unstage(ctx context.Context, name volume.Name) (err error) {
+// not staged: nothing to do; nor is one a container orchestrator staged
+// through the front endpoint (UnstageRequest tears that down). A volume
+// recorded NotStaged (attached only, or after a final stage error) gets no
+// call: leftovers are removed and it is forgotten. A driver without
+// STAGE_UNSTAGE_VOLUME gets no call either. NotFound from the driver counts
+// as success. Any other error, or a staging path still mounted afterwards
+// (ErrStillMounted), leaves the volume StageUncertain: staged again while
+// wanted, unstaged again when not.
+func (o *Operations) Unstage(ctx context.Context, name volume.Name) error {
+	return o.unstage(ctx, name, "")
+}
+
+// unstage is Unstage when callerPath is empty, and UnstageRequest for a
+// container orchestrator's staging path otherwise: the same lock, rule,
+// checks and outcomes, with the caller's staging path and record location.
+func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath string) (err error) {
 	unlock, err := o.locks.lockVolume(ctx, name, true)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	external := callerPath != ""
 	v, ok := o.state.Volume(name)
-	if !ok {
+	if !ok || v.External != external || (external && v.StagingPath != callerPath) {
+		// Not staged, or not by this caller at this path: nothing to do.
 		return nil
 	}
 	if err := o.state.MayUnstage(name); err != nil {
@@ -160,77 +141,163 @@ func (o *Operations) Unstage(ctx context.Context, name volume.Name) (err error) 
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", v.Driver)
 
 	fail := func(state volume.StageState, err error) error {
-		o.state.RecordStage(name, v.VolumeID, asw.StageOutcome{Step: volume.StepUnstage, State: state, StagingPath: v.StagingPath, Err: err})
+		o.state.RecordStage(name, v.VolumeID, asw.StageOutcome{Step: volume.StepUnstage, State: state, StagingPath: v.StagingPath, External: external, Err: err})
 		logger.V(2).Info("Unstage failed", "state", state, "err", err)
 		return err
 	}
-	// The paths come from the layout, never from what was recorded: a
-	// record cannot point a teardown outside the root.
-	st, err := o.layout.Staging(sourceOf(v.VolumeID))
+	// The reconciler's paths come from the layout, never from what was
+	// recorded: a record cannot point a teardown outside the root.
+	site, err := o.stagingSiteOf(v)
 	if v.Stage == volume.NotStaged {
 		// Nothing to call; remove what a failed stage may have left. A
 		// volume without valid paths never had any.
 		if err == nil {
-			if err := o.removeStaging(st); err != nil {
+			if err := o.removeStaging(site); err != nil {
 				return fail(v.Stage, err)
 			}
 		}
-		o.state.ForgetVolume(name)
+		o.forgetVolume(name)
 		logger.V(4).Info("Forgot volume that was not staged")
 		return nil
 	}
 	if err != nil {
 		return fail(v.Stage, err)
 	}
-	if v.StagingPath != "" && v.StagingPath != st.Path {
-		logger.Info("Recorded staging path differs from the layout, using the layout's", "recorded", v.StagingPath, "stagingTargetPath", st.Path)
+	if v.StagingPath != "" && v.StagingPath != site.Path {
+		logger.Info("Recorded staging path differs from the layout, using the layout's", "recorded", v.StagingPath, "stagingTargetPath", site.Path)
 	}
 
 	client, err := o.driver(v.Driver)
 	if err != nil {
 		return fail(v.Stage, err)
 	}
-	caps, err := client.NodeCapabilities(ctx)
-	if err != nil {
-		return fail(v.Stage, fmt.Errorf("getting the node capabilities of driver %q: %w", v.Driver, err))
-	}
-	if caps.StageUnstage() {
-		refs, err := o.mounts.GetMountRefs(st.Path)
+	// A caller's stage was sent to the driver whatever its capabilities;
+	// so is its unstage.
+	call := external
+	if !external {
+		caps, err := client.NodeCapabilities(ctx)
 		if err != nil {
-			return fail(v.Stage, fmt.Errorf("listing the mounts of %s: %w", st.Path, err))
+			return fail(v.Stage, fmt.Errorf("getting the node capabilities of driver %q: %w", v.Driver, err))
+		}
+		call = caps.StageUnstage()
+	}
+	if call {
+		refs, err := o.mounts.GetMountRefs(site.Path)
+		if err != nil {
+			return fail(v.Stage, fmt.Errorf("listing the mounts of %s: %w", site.Path, err))
 		}
 		if len(refs) > 0 {
-			return fail(v.Stage, fmt.Errorf("%w: staging path %s is still mounted at %v", volume.ErrInUse, st.Path, refs))
+			return fail(v.Stage, fmt.Errorf("%w: staging path %s is still mounted at %v", volume.ErrInUse, site.Path, refs))
 		}
 		rpcErr := alreadyDone(client.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
 			VolumeId:          v.Handle,
-			StagingTargetPath: st.Path,
+			StagingTargetPath: site.Path,
 		}))
 		if rpcErr != nil {
 			return fail(volume.StageUncertain, rpcErr)
 		}
 	}
-	if err := o.removeStaging(st); err != nil {
+	if err := o.removeStaging(site); err != nil {
 		return fail(volume.StageUncertain, err)
 	}
-	o.state.ForgetVolume(name)
-	logger.V(2).Info("Unstaged volume", "stagingTargetPath", st.Path)
+	o.forgetVolume(name)
+	logger.V(2).Info("Unstaged volume", "stagingTargetPath", site.Path)
 	return nil
 }
 
-// removeStaging removes the staging path (unless still mounted), then the
-// staged record and its directory, and prunes empty parents up to
-// <root>/plugins/kubernetes.io/csi. The record goes last, so it outlives
-// every other trace of the volume.
-func (o *Operations) removeStaging(st paths.Staging) error {
-	if err := o.tree.removeMountPoint(st.Path); err != nil {
+// stageStep is one stage step in progress, run under the volume's
+// exclusive lock: what the actual state held when it began, and how it
+// records a failure.
+type stageStep struct {
+	o    *Operations
+	name volume.Name
+	id   asw.VolumeID
+	// prev is the volume's entry when the step began; known says it had one.
+	prev  asw.Volume
+	known bool
+	// external marks a step a container orchestrator asked for through the
+	// front endpoint.
+	external bool
+	logger   klog.Logger
+}
+
+// beginStage starts a stage step; the volume's lock must be held.
+func (o *Operations) beginStage(ctx context.Context, name volume.Name, id asw.VolumeID, external bool) *stageStep {
+	s := &stageStep{o: o, name: name, id: id, external: external,
+		logger: klog.FromContext(ctx).WithValues("volume", name, "driver", id.Driver)}
+	s.prev, s.known = o.state.Volume(name)
+	if s.known && s.id.PVName == "" {
+		// A caller's request does not know the PV; keep what was recorded.
+		s.id.PVName = s.prev.PVName
+	}
+	return s
+}
+
+// fail records an error of a step that did not reach the driver: the stage
+// state stays as it was. A caller's step on a volume nobody knew records
+// nothing; the caller gets the error.
+func (s *stageStep) fail(err error) error {
+	s.logger.V(2).Info("Stage failed before NodeStageVolume", "err", err)
+	if s.external && !s.known {
 		return err
 	}
-	if filepath.Dir(st.Path) != st.Dir {
-		// Block: volumeDevices/staging/<pv> lives outside the record directory.
-		if err := o.tree.prune(filepath.Dir(st.Path), o.layout.PluginDir()); err != nil {
-			return err
+	s.o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: s.prev.Stage,
+		StagingPath: s.prev.StagingPath, External: s.prev.External, Err: err})
+	return err
+}
+
+// stagePlan is a stage step ready to run.
+type stagePlan struct {
+	client DriverClient
+	// site is where the volume is staged and its record kept.
+	site stagingSite
+	// record is written to site.Record before the call.
+	record checkpoint.StageRecord
+	// req is sent to the driver; nil when the driver has no stage step.
+	req *csi.NodeStageVolumeRequest
+}
+
+// run writes the staged record (and, for the layout, the staging
+// directory), calls NodeStageVolume and records the outcome as
+// transitions.go says, cleaning up when nothing ended up staged.
+func (s *stageStep) run(ctx context.Context, p stagePlan) error {
+	o := s.o
+	err := o.tree.write(func() error {
+		if err := checkpoint.WriteStage(p.site.Record, p.record); err != nil {
+			return fmt.Errorf("writing the staged record: %w", err)
+		}
+		if p.site.caller {
+			return nil
+		}
+		return checkpoint.MkdirAll(p.site.Path)
+	})
+	if err != nil {
+		return s.fail(err)
+	}
+	if p.req == nil {
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: p.site.Path, External: s.external})
+		s.logger.V(2).Info("Driver has no stage step, volume counts as staged")
+		return nil
+	}
+	rpcErr := p.client.NodeStageVolume(ctx, p.req)
+	next := afterStage(s.prev.Stage, s.prev.Reconstructed, rpcErr)
+	if next == volume.NotStaged {
+		// Nothing is staged: take back the directory and the record, as
+		// the kubelet does after a final error.
+		if cleanErr := o.removeStaging(p.site); cleanErr != nil {
+			s.logger.Error(cleanErr, "Failed to clean up after a final NodeStageVolume error")
 		}
 	}
-	return o.tree.removeRecordDir(st.Record, st.Dir, o.layout.PluginDir())
+	if next == volume.NotStaged && s.external && !s.known {
+		// The caller got the error; there is nothing to remember.
+		o.forgetVolume(s.name)
+	} else {
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: p.site.Path, External: s.external, Err: rpcErr})
+	}
+	if rpcErr != nil {
+		s.logger.V(2).Info("NodeStageVolume failed", "state", next, "err", rpcErr)
+		return rpcErr
+	}
+	s.logger.V(2).Info("Staged volume", "stagingTargetPath", p.site.Path)
+	return nil
 }

@@ -28,6 +28,14 @@
 // makes no symlinks and no global map (volumeDevices/<pvName>/dev) — the
 // published file at the target path is the device.
 //
+// Volumes a container orchestrator stages and publishes through the front
+// endpoint (driver/front) are mounted at paths the orchestrator chose; only
+// their records live under the root, in a tree of their own that the
+// kubelet-layout scanners never visit (see CallerVolume):
+//
+//	<root>/front/<driver>/<hex sha256(handle)>/vol_data.json            staged record
+//	<root>/front/<driver>/<hex sha256(handle)>/<podUID>/vol_data.json   publish record
+//
 // The escaped name is k8s.io/utils/strings.EscapeQualifiedName of the publish
 // name ("/" becomes "~"). Names containing "~" are rejected, so escaping is
 // reversible and parsing a built path gives back exactly the name it was

@@ -75,7 +75,10 @@ func (r *Reconciler) stageFSGroup(name volume.Name) *int64 {
 }
 
 func (r *Reconciler) tearDownVolume(ctx context.Context, name volume.Name) error {
-	if _, known := r.cfg.Actual.Volume(name); !known || !r.synced() {
+	v, known := r.cfg.Actual.Volume(name)
+	if !known || v.External || !r.synced() {
+		// A stage a container orchestrator asked for through the front
+		// endpoint is that caller's to tear down.
 		return nil
 	}
 	if pubs := r.cfg.Actual.Publishers(name); len(pubs) > 0 {
@@ -98,7 +101,9 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 	use, wanted := r.cfg.Desired.PodVolume(key)
 	defer r.podChanged(key.Pod)
 	if !wanted {
-		if _, known := r.cfg.Actual.Pod(key); !known || !r.synced() {
+		if p, known := r.cfg.Actual.Pod(key); !known || p.External || !r.synced() {
+			// A publish a container orchestrator asked for through the
+			// front endpoint is that caller's to tear down.
 			return nil
 		}
 		if err := r.cfg.Operations.Unpublish(ctx, key); err != nil {

@@ -25,4 +25,8 @@ var (
 	// ErrInUse means the step must wait for another pod's use of the volume to
 	// end (e.g. ReadWriteOncePod, or unstage while published).
 	ErrInUse = errors.New("volume is in use")
+	// ErrNotFound means the volume is not staged or published on this node
+	// at the path a caller named (e.g. NodeGetVolumeStats or NodeExpandVolume
+	// through the front endpoint). Final until the caller publishes it.
+	ErrNotFound = errors.New("volume not found on this node")
 )

@@ -23,32 +23,21 @@ func minimalOptions() plugintest.Options {
 	return plugintest.Options{Capabilities: &plugin.Capabilities{}}
 }
 
-func testPlugin(t *testing.T, opts plugintest.Options, accessType string) {
-	if !ownProcess(t) {
-		return
-	}
-	dir := t.TempDir()
-	p := plugintest.Start(t, opts)
-	runSanity(t, target{
-		Address:                   p.Endpoint,
-		AccessType:                accessType,
-		Dir:                       dir,
-		TestNodeVolumeAttachLimit: opts.MaxVolumesPerNode > 0,
-	})
-}
+// Each configuration runs csi-sanity directly against the plugin and through csi-volmgr's front
+// endpoint, and compares the two (see testFrontAgainstDirect).
 
 func TestSanityPluginMount(t *testing.T) {
-	testPlugin(t, fullOptions(), "mount")
+	testFrontAgainstDirect(t, fullOptions(), "mount")
 }
 
 func TestSanityPluginBlock(t *testing.T) {
-	testPlugin(t, fullOptions(), "block")
+	testFrontAgainstDirect(t, fullOptions(), "block")
 }
 
 func TestSanityPluginMountMinimal(t *testing.T) {
-	testPlugin(t, minimalOptions(), "mount")
+	testFrontAgainstDirect(t, minimalOptions(), "mount")
 }
 
 func TestSanityPluginBlockMinimal(t *testing.T) {
-	testPlugin(t, minimalOptions(), "block")
+	testFrontAgainstDirect(t, minimalOptions(), "block")
 }

@@ -27,6 +27,10 @@ type RunOptions struct {
 	ClusterWideInformers bool
 	KubeAPIQPS           float32
 	KubeAPIBurst         int
+	Manifests            string
+	RegisterNode         bool
+	FrontEndpoint        string
+	FrontDriver          string
 
 	Logging *logsapi.LoggingConfiguration
 }
@@ -60,6 +64,8 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
+	o.addModeFlags(fs)
+	o.addFrontFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 }
 
@@ -85,5 +91,7 @@ func (o *RunOptions) Validate() error {
 	if o.CSITimeout <= 0 || o.ResyncPeriod <= 0 {
 		errs = append(errs, errors.New("--csi-timeout and --resync-period must be positive"))
 	}
+	errs = append(errs, o.validateMode())
+	errs = append(errs, o.validateFront())
 	return errors.Join(errs...)
 }

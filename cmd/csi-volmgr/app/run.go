@@ -15,8 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
@@ -24,8 +22,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/nodeinfo"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 )
@@ -66,13 +62,9 @@ func run(ctx context.Context, o *RunOptions) error {
 	if err := checkRootDir(o.RootDir); err != nil {
 		return err
 	}
-	restConfig, err := kubeConfig(o)
+	b, err := newBackend(ctx, o)
 	if err != nil {
 		return err
-	}
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
 	}
 	var listener net.Listener
 	if o.HTTPEndpoint != "" {
@@ -85,34 +77,54 @@ func run(ctx context.Context, o *RunOptions) error {
 	promRegistry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	csiMetrics := csiclient.NewMetrics()
 
-	factory := informers.NewSharedInformerFactory(client, 0)
-	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers())
+	policies := b.policies
+	drivers, err := registry.New(registry.Config{Dir: o.RegistrationDir, NodeInfo: b.nodeInfo, CSITimeout: o.CSITimeout, Metrics: csiMetrics})
 	if err != nil {
 		return err
 	}
-	nodeInfo, err := nodeinfo.New(nodeinfo.Config{Client: client, NodeName: o.NodeName})
+	lcfg := b.lifecycleConfig(o)
+	lcfg.NodeName, lcfg.RootDir, lcfg.Drivers, lcfg.Registerer, lcfg.ResyncPeriod = o.NodeName, o.RootDir, drivers, promRegistry, o.ResyncPeriod
+	manager, err := lifecycle.New(lcfg)
 	if err != nil {
 		return err
 	}
-	drivers, err := registry.New(registry.Config{Dir: o.RegistrationDir, NodeInfo: nodeInfo, CSITimeout: o.CSITimeout, Metrics: csiMetrics})
-	if err != nil {
+	if err := b.start(ctx); err != nil {
 		return err
 	}
-	manager, err := lifecycle.New(lifecycle.Config{
-		Client: client, NodeName: o.NodeName, RootDir: o.RootDir,
-		Drivers: drivers, Policies: policies, Registerer: promRegistry,
-		RemoveTerminatingPods: o.RemoveTerminating, ClusterWideInformers: o.ClusterWideInformers,
-		ResyncPeriod: o.ResyncPeriod,
-	})
-	if err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
 
+	// runCtx ends on a signal or when a part of the agent fails. The driver
+	// connections outlive it until the lifecycle has returned, so that the
+	// steps still in flight at shutdown finish instead of failing with "the
+	// client connection is closing".
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	driversCtx, stopDrivers := context.WithCancel(context.WithoutCancel(runCtx))
+	defer stopDrivers()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Go(func() { errs <- drivers.Run(ctx) })
-	wg.Go(func() { errs <- manager.Run(ctx) })
+	wg.Go(func() { b.keepNode(runCtx) })
+	errs := make(chan error, 3)
+	wg.Go(func() {
+		err := drivers.Run(driversCtx)
+		if err != nil {
+			stopRun(fmt.Errorf("driver registry: %w", err))
+		}
+		errs <- err
+	})
+	wg.Go(func() {
+		defer stopDrivers()
+		err := manager.Run(runCtx)
+		if err != nil {
+			stopRun(fmt.Errorf("volume lifecycle: %w", err))
+		}
+		errs <- err
+	})
+	wg.Go(func() {
+		err := runFront(runCtx, o, manager, drivers, promRegistry)
+		if err != nil {
+			stopRun(fmt.Errorf("front endpoint: %w", err))
+		}
+		errs <- err
+	})
 	var server *http.Server
 	if listener != nil {
 		server = &http.Server{
@@ -131,8 +143,12 @@ func run(ctx context.Context, o *RunOptions) error {
 		})
 	}
 	logger.Info("csi-volmgr running", "node", o.NodeName, "rootDir", o.RootDir, "registrationDir", o.RegistrationDir, "httpEndpoint", o.HTTPEndpoint, "version", version)
-	<-ctx.Done()
-	logger.Info("Shutting down: no new steps, waiting for the steps in flight")
+	<-runCtx.Done()
+	if cause := context.Cause(runCtx); ctx.Err() == nil {
+		logger.Error(cause, "Shutting down after a failure")
+	} else {
+		logger.Info("Shutting down: no new steps, waiting for the steps in flight")
+	}
 	if server != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = server.Shutdown(sctx)

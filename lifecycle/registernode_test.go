@@ -1,0 +1,221 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-volmgr/csi-volmgr/driver/policy"
+	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/virtualnode"
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+)
+
+func TestMain(m *testing.M) { k8stest.Main(m, k8stest.Options{}) }
+
+// TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown runs the
+// lifecycle as --register-node does (the Node registered by the agent,
+// RemoveTerminatingPods and CompletePodDeletion) with the real plugin: a pod
+// deleted gracefully stays in the API until its volume is unpublished and
+// unstaged, then the agent completes the deletion.
+func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
+	f := k8stest.New(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
+
+	node, err := virtualnode.New(virtualnode.Config{Client: f.Client, NodeName: f.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.Client.CoreV1().Nodes().Delete(context.WithoutCancel(t.Context()), f.NodeName, metav1.DeleteOptions{})
+	})
+
+	base, err := os.MkdirTemp("", "rn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(base, "r")
+	regDir := filepath.Join(root, "plugins_registry")
+	if err := os.MkdirAll(regDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if mps := mountsUnder(t, base); len(mps) > 0 {
+			t.Errorf("mounts left under %s: %v", base, mps)
+			return
+		}
+		_ = os.RemoveAll(base)
+	})
+
+	// The attach/detach controller does not run here: the driver needs no attach.
+	driver := "d" + utilrand.String(6) + ".rn.csi-volmgr.io"
+	if _, err := f.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(t.Context()), driver, metav1.DeleteOptions{})
+	})
+	p := plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})
+	handle := createVolume(t, p)
+	pvcName, pvName := "data", "pv-"+f.Namespace
+	createBound(t, f, driver, handle, pvcName, pvName)
+
+	factory := informers.NewSharedInformerFactory(f.Client, 0)
+	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers, err := registry.New(registry.Config{Dir: regDir, RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manager, err := lifecycle.New(lifecycle.Config{
+		Client: f.Client, NodeName: f.NodeName, RootDir: root, Drivers: drivers, Policies: policies,
+		RemoveTerminatingPods: true, CompletePodDeletion: true,
+		Reconciler: reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	errs := make(chan error, 2)
+	go func() { errs <- drivers.Run(ctx) }()
+	go func() { errs <- manager.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("agent stopped with an error: %v", err)
+			}
+		}
+		factory.Shutdown()
+	})
+
+	pods := f.Client.CoreV1().Pods(f.Namespace)
+	pod, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.Namespace},
+		Spec: corev1.PodSpec{
+			NodeName:   f.NodeName,
+			Containers: []corev1.Container{{Name: "app", Image: "i", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvcName},
+			}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the volume to be published", func(context.Context) (bool, error) {
+		for _, v := range manager.Snapshot() {
+			if v.Handle == handle && len(v.Pods) == 1 && v.Pods[0].State.String() == "Published" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+
+	// A graceful delete of a bound pod only marks it for deletion.
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the agent to complete the pod's deletion", func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	// The pod went only after its volume was unpublished from it (the
+	// unstage is the volume's, not the pod's, and may come later, as with
+	// the kubelet).
+	calls := func() []string {
+		entries, err := p.ReadJournal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var done []string
+		for _, e := range entries {
+			if e.Event == plugin.EventEnd && e.Code == "OK" && e.VolumeID == handle {
+				done = append(done, e.Method)
+			}
+		}
+		return done
+	}
+	if got := calls(); len(got) < 3 || !slices.Equal(got[:3], []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume"}) {
+		t.Errorf("CSI calls when the pod was gone: %v, want NodeStageVolume, NodePublishVolume, NodeUnpublishVolume first", got)
+	}
+	poll(t, "the unstage", func(context.Context) (bool, error) {
+		return len(manager.Snapshot()) == 0 && slices.Contains(calls(), "NodeUnstageVolume"), nil
+	})
+}
+
+// createBound creates a PV of driver/handle and a PVC bound to it, as the
+// PV controller (not running here) would leave them.
+func createBound(t *testing.T, f *k8stest.Fixture, driver, handle, pvcName, pvName string) {
+	t.Helper()
+	ctx := t.Context()
+	size := resource.MustParse("1Gi")
+	pvc, err := f.Client.CoreV1().PersistentVolumeClaims(f.Namespace).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: pvcName, Namespace: f.Namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			VolumeName:  pvName, StorageClassName: ptr.To(""),
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			ClaimRef:    &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: f.Namespace, Name: pvcName, UID: pvc.UID},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver, VolumeHandle: handle,
+			}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.Client.CoreV1().PersistentVolumes().Delete(context.WithoutCancel(t.Context()), pvName, metav1.DeleteOptions{})
+	})
+	pvc.Status.Phase = corev1.ClaimBound
+	if _, err := f.Client.CoreV1().PersistentVolumeClaims(f.Namespace).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func poll(t *testing.T, what string, cond wait.ConditionWithContextFunc) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, standaloneTimeout, true, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
