@@ -78,7 +78,7 @@ test-unit: k8s-bins ## Unit and integration tests with -race (real kube-apiserve
 .PHONY: test-sanity
 test-sanity: ## csi-sanity against the CSI test plugin (and csi-volmgr's front); prints the counts.
 	$(GO) test $(TESTFLAGS) -v $(SANITY_PKG) 2>&1 | tee $(BIN)/sanity.log | \
-	  grep -E '^(=== RUN|--- (PASS|FAIL)|Ran [0-9]+ of|(SUCCESS|FAIL)! -- |ok |FAIL|PASS$$)' || true
+	  grep -E '^(--- (PASS|FAIL)|Ran [0-9]+ of|(SUCCESS|FAIL)! -- |ok |FAIL|PASS$$)|csi-sanity counts' || true
 	@! grep -qE '^(--- FAIL|FAIL)' $(BIN)/sanity.log || { echo "csi-sanity failed; full log: $(BIN)/sanity.log"; exit 1; }
 
 .PHONY: bench
@@ -96,3 +96,23 @@ fuzz: ## Run every fuzz target for FUZZTIME each.
 .PHONY: clean
 clean: ## Remove build outputs (keeps bin/k8s, which is slow to rebuild).
 	rm -f $(BIN)/csi-volmgr $(BIN)/sanity.log
+
+##@ Demo
+
+.PHONY: run
+run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on examples/standalone/; Ctrl-C tears the volume down and exits.
+	BIN=$(BIN) GO=$(GO) LDFLAGS='$(LDFLAGS)' examples/standalone/run.sh
+
+##@ Container image and kind (need Docker and kind; not part of `make test`)
+
+.PHONY: image
+image: ## Build the agent's container image (IMAGE, default csi-volmgr:kind) with Docker.
+	docker build --build-arg VERSION=$(VERSION) -t $(or $(IMAGE),csi-volmgr:kind) .
+
+.PHONY: kind-up
+kind-up: image $(K8S_BIN)/kubectl ## Create the kind cluster, load the image, deploy deploy/kind (agent for the virtual node + hostpath driver).
+	IMAGE=$(or $(IMAGE),csi-volmgr:kind) KUBECTL=$(K8S_BIN)/kubectl deploy/kind/up.sh
+
+.PHONY: kind-e2e
+kind-e2e: kind-up ## Under kind: the example pod's volume on the virtual node is published, mounted on the host, torn down.
+	KUBECTL=$(K8S_BIN)/kubectl deploy/kind/e2e.sh

@@ -1,0 +1,189 @@
+package deploy_test
+
+import (
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The names the manifests give the agent.
+const (
+	agentNamespace = "csi-volmgr"
+	agentName      = "csi-volmgr"
+	// virtualNode is the node the kind overlay serves.
+	virtualNode = "csi-volmgr-virtual"
+)
+
+// flagValue returns the value of --name in args ("--name=value"; a bare
+// "--name" is "true"), and whether it is there.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		switch {
+		case a == "--"+name:
+			return "true", true
+		case strings.HasPrefix(a, "--"+name+"="):
+			return strings.TrimPrefix(a, "--"+name+"="), true
+		}
+	}
+	return "", false
+}
+
+// agentDaemonSet returns the rendered agent DaemonSet and its container.
+func agentDaemonSet(tb testing.TB, objs []*unstructured.Unstructured) (*appsv1.DaemonSet, *corev1.Container) {
+	tb.Helper()
+	ds := convert[appsv1.DaemonSet](tb, find(tb, objs, "DaemonSet", agentNamespace, agentName))
+	for i := range ds.Spec.Template.Spec.Containers {
+		if c := &ds.Spec.Template.Spec.Containers[i]; c.Name == agentName {
+			return ds, c
+		}
+	}
+	tb.Fatalf("DaemonSet %s has no container %s", agentName, agentName)
+	return nil, nil
+}
+
+// hostPathMount returns the hostPath volume mounted at mountPath, with the
+// mount.
+func hostPathMount(tb testing.TB, spec corev1.PodSpec, c *corev1.Container, mountPath string) (*corev1.HostPathVolumeSource, corev1.VolumeMount) {
+	tb.Helper()
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(mountPath) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.HostPath != nil {
+				return v.HostPath, m
+			}
+		}
+		tb.Fatalf("container %s mounts %s from volume %s, which is not a hostPath", c.Name, mountPath, m.Name)
+	}
+	tb.Fatalf("container %s mounts nothing at %s", c.Name, mountPath)
+	return nil, corev1.VolumeMount{}
+}
+
+// TestAgentDaemonSet checks what kubelet, mount propagation and the CSI
+// node plugins need of the agent's pod, in every overlay.
+func TestAgentDaemonSet(t *testing.T) {
+	for _, dir := range []string{"base", "kind"} {
+		t.Run(dir, func(t *testing.T) {
+			ds, c := agentDaemonSet(t, render(t, dir))
+			spec := ds.Spec.Template.Spec
+			if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+				t.Error("the agent container must be privileged (Bidirectional mount propagation)")
+			}
+			if c.Args[0] != "run" {
+				t.Errorf("args start with %q, want the run command", c.Args[0])
+			}
+
+			root, ok := flagValue(c.Args, "root-dir")
+			if !ok {
+				t.Fatal("no --root-dir")
+			}
+			rootHost, rootMount := hostPathMount(t, spec, c, root)
+			if rootMount.MountPropagation == nil || *rootMount.MountPropagation != corev1.MountPropagationBidirectional {
+				t.Errorf("--root-dir %s is mounted with propagation %v, want Bidirectional", root, rootMount.MountPropagation)
+			}
+			// Drivers register host paths of their sockets; the agent can
+			// only dial them if the root is at the same path inside.
+			if filepath.Clean(rootHost.Path) != filepath.Clean(root) {
+				t.Errorf("--root-dir %s is host path %s: the two must be equal", root, rootHost.Path)
+			}
+
+			reg, ok := flagValue(c.Args, "registration-dir")
+			if !ok {
+				t.Fatal("no --registration-dir")
+			}
+			regHost, _ := hostPathMount(t, spec, c, reg)
+			if want := filepath.Join(rootHost.Path, "plugins_registry"); filepath.Clean(regHost.Path) != want {
+				t.Errorf("--registration-dir is host path %s, want %s (the kubelet layout below the root)", regHost.Path, want)
+			}
+			if strings.HasPrefix(filepath.Clean(reg)+"/", filepath.Clean(root)+"/") {
+				t.Errorf("--registration-dir %s is nested below the Bidirectional root mount %s", reg, root)
+			}
+
+			endpoint, ok := flagValue(c.Args, "http-endpoint")
+			if !ok {
+				t.Fatal("no --http-endpoint: the probes need it")
+			}
+			host, port, err := net.SplitHostPort(endpoint)
+			if err != nil {
+				t.Fatalf("--http-endpoint %q: %v", endpoint, err)
+			}
+			if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+				t.Errorf("--http-endpoint %s listens on loopback only: the kubelet probes the pod IP", endpoint)
+			}
+			probes := map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe}
+			for path, p := range probes {
+				if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path {
+					t.Errorf("want an HTTP probe on %s, got %+v", path, p)
+					continue
+				}
+				if got := probePort(c, p.HTTPGet.Port.String()); got != port {
+					t.Errorf("probe %s uses port %s, the agent listens on %s", path, got, port)
+				}
+			}
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+				t.Errorf("no CPU or memory request: %v", c.Resources.Requests)
+			}
+			if spec.ServiceAccountName != agentName {
+				t.Errorf("serviceAccountName %q, want %q", spec.ServiceAccountName, agentName)
+			}
+		})
+	}
+}
+
+// probePort resolves a probe port (number or container port name) to a
+// number.
+func probePort(c *corev1.Container, port string) string {
+	for _, p := range c.Ports {
+		if p.Name == port {
+			return strconv.Itoa(int(p.ContainerPort))
+		}
+	}
+	return port
+}
+
+// podSpecs returns the pod templates and pods of objs by "Kind ns/name".
+func podSpecs(tb testing.TB, objs []*unstructured.Unstructured) map[string]corev1.PodSpec {
+	tb.Helper()
+	specs := map[string]corev1.PodSpec{}
+	for _, o := range objs {
+		key := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+		switch o.GetKind() {
+		case "DaemonSet":
+			specs[key] = convert[appsv1.DaemonSet](tb, o).Spec.Template.Spec
+		case "StatefulSet":
+			specs[key] = convert[appsv1.StatefulSet](tb, o).Spec.Template.Spec
+		case "Deployment":
+			specs[key] = convert[appsv1.Deployment](tb, o).Spec.Template.Spec
+		case "Pod":
+			specs[key] = convert[corev1.Pod](tb, o).Spec
+		}
+	}
+	return specs
+}
+
+// TestImagesPinned checks that every image of every manifest names a tag
+// other than latest, and that the upstream sidecars come from
+// registry.k8s.io/sig-storage.
+func TestImagesPinned(t *testing.T) {
+	for _, dir := range kustomizations(t) {
+		for key, spec := range podSpecs(t, render(t, dir)) {
+			for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+				name, tag, ok := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":")
+				if !ok || tag == "" || tag == "latest" {
+					t.Errorf("%s: %s container %s: image %q is not pinned by tag", dir, key, c.Name, c.Image)
+				}
+				if strings.HasPrefix(c.Image, "registry.k8s.io/") && !strings.HasPrefix(c.Image, "registry.k8s.io/sig-storage/") && name != "pause" {
+					t.Errorf("%s: %s container %s: image %q: want registry.k8s.io/sig-storage", dir, key, c.Name, c.Image)
+				}
+			}
+		}
+	}
+}
