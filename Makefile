@@ -83,7 +83,7 @@ test-sanity: ## csi-sanity against the CSI test plugin (and csi-volmgr's front);
 
 .PHONY: bench
 bench: k8s-bins ## Benchmarks (figures the issues ask for).
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(GO_PKGS)
+	$(GO) test -p 1 -timeout=60m -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(GO_PKGS)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -23,8 +24,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
