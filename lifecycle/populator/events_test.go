@@ -140,12 +140,15 @@ func TestHasSyncedWaitsForReferencedObjects(t *testing.T) {
 	client := fakeClient(newPod("p", withClaim("data", "c1")), newPod("q"), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
 	var blocked atomic.Bool
 	blocked.Store(true)
-	client.PrependReactor("list", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+	unavailable := func(k8stesting.Action) (bool, runtime.Object, error) {
 		if blocked.Load() {
 			return true, nil, errors.New("injected: API server unavailable")
 		}
 		return false, nil, nil
-	})
+	}
+	// A by-name watch reads its object with a GET first, then LISTs.
+	client.PrependReactor("get", "persistentvolumeclaims", unavailable)
+	client.PrependReactor("list", "persistentvolumeclaims", unavailable)
 	s := startStack(ctx, t, client, stackOptions{noWait: true})
 
 	eventually(ctx, t, "q resolved", func() bool { return s.store.HasPod("uid-q") })

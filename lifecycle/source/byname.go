@@ -22,14 +22,14 @@ import (
 // (5m) so that many small watches are not re-established too often.
 const minWatchTimeout = 30 * time.Minute
 
-// listWatchFuncs list and watch one kind in one namespace ("" for
-// cluster-scoped kinds) with the given options.
+// listWatchFuncs get, list and watch one kind in one namespace ("" for
+// cluster-scoped kinds).
 type listWatchFuncs struct {
+	get   func(ctx context.Context, namespace, name string) (runtime.Object, error)
 	list  func(ctx context.Context, namespace string, opts metav1.ListOptions) (runtime.Object, error)
 	watch func(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
-	// client is the clientset, to tell the reflector whether it supports
-	// watch-list semantics (fake clientsets do not).
-	client any
+	// newList returns an empty list of the kind, for a GET's answer.
+	newList func() runtime.Object
 }
 
 // byNameCache caches the referenced objects of one kind, each through its
@@ -103,20 +103,13 @@ func (c *byNameCache) unwatch(key cache.ObjectName) {
 
 // startLocked runs the reflector of one object until its context ends.
 func (c *byNameCache) startLocked(key cache.ObjectName, item *watchItem) {
-	selector := fields.OneTermEqualSelector("metadata.name", key.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return c.lw.list(ctx, key.Namespace, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			return c.lw.watch(ctx, key.Namespace, opts)
-		},
-	}
-	logger := klog.FromContext(c.ctx)
+	// Routine reflector lines (started, listing, caches populated, and
+	// client-go's note that watch-list is off) are per object here: two
+	// levels deeper than the reflectors of informers. Errors are not
+	// affected by the level.
+	logger := klog.FromContext(c.ctx).V(2)
 	reflector := cache.NewReflectorWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(lw, c.lw.client),
+		&byNameListWatch{key: key, funcs: c.lw},
 		c.expected,
 		item.store,
 		cache.ReflectorOptions{
@@ -133,6 +126,102 @@ func (c *byNameCache) startLocked(key cache.ObjectName, item *watchItem) {
 		defer c.wg.Done()
 		reflector.RunWithContext(ctx)
 	}()
+}
+
+// byNameListWatch lists and watches one object by name (field selector
+// metadata.name) for a reflector.
+//
+// Its first list is a GET: a pod's PVC and PV are resolved one after the
+// other while the pod waits, and a GET of one object is read from etcd at
+// once, where a consistent LIST (or the watch-list stream) from the API
+// server's watch cache waits until the cache has caught up with etcd (tens
+// of milliseconds per object under writes, up to the cache's 100 ms
+// progress interval), and a LIST at resourceVersion "0" may answer from a
+// cache that has not yet seen the binding the pod depends on. The watch
+// then starts at the object's resourceVersion, so no change after the GET
+// is missed. Should that version have left the watch cache's window (an
+// old object; the API server answers 410 Gone), the reflector relists, and
+// every later list is an ordinary LIST. A missing object is listed too:
+// the LIST gives a resourceVersion to watch from for its creation.
+//
+// Watch-list semantics are off (IsWatchListSemanticsUnSupported): the
+// first list must be this GET, not a stream.
+type byNameListWatch struct {
+	key   cache.ObjectName
+	funcs listWatchFuncs
+	// listed is set after the first successful list; only the reflector's
+	// goroutine uses it.
+	listed bool
+}
+
+var (
+	_ cache.ListerWatcherWithContext = &byNameListWatch{}
+	_ cache.ListerWatcher            = &byNameListWatch{}
+)
+
+// IsWatchListSemanticsUnSupported turns the reflector's watch-list mode off.
+func (lw *byNameListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (lw *byNameListWatch) selector() string {
+	return fields.OneTermEqualSelector("metadata.name", lw.key.Name).String()
+}
+
+// ListWithContext answers the reflector's list: a GET the first time, when
+// the object exists, else a LIST by name.
+func (lw *byNameListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if !lw.listed {
+		obj, err := lw.funcs.get(ctx, lw.key.Namespace, lw.key.Name)
+		switch {
+		case err == nil:
+			list, err := singleItemList(lw.funcs.newList(), obj)
+			if err != nil {
+				return nil, err
+			}
+			lw.listed = true
+			return list, nil
+		case !apierrors.IsNotFound(err):
+			return nil, err
+		}
+	}
+	opts.FieldSelector = lw.selector()
+	list, err := lw.funcs.list(ctx, lw.key.Namespace, opts)
+	if err == nil {
+		lw.listed = true
+	}
+	return list, err
+}
+
+// WatchWithContext watches the object from the given options.
+func (lw *byNameListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.FieldSelector = lw.selector()
+	return lw.funcs.watch(ctx, lw.key.Namespace, opts)
+}
+
+// List and Watch serve reflectors that do not pass a context.
+func (lw *byNameListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.TODO(), opts)
+}
+
+func (lw *byNameListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.TODO(), opts)
+}
+
+// singleItemList puts obj into list, with obj's resourceVersion as the
+// list's: the version the watch starts from.
+func singleItemList(list, obj runtime.Object) (runtime.Object, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metadata of %T: %w", obj, err)
+	}
+	if err := meta.SetList(list, []runtime.Object{obj}); err != nil {
+		return nil, fmt.Errorf("building a %T: %w", list, err)
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metadata of %T: %w", list, err)
+	}
+	lm.SetResourceVersion(m.GetResourceVersion())
+	return list, nil
 }
 
 // run starts the watches of every referenced object, and of objects
@@ -207,9 +296,9 @@ func (c *byNameCache) stats() (watches, objects int) {
 // the one object whose key it was made for, and calls onChange after the
 // object appeared, changed (a new resourceVersion) or disappeared, and after
 // the first list, so that readers waiting for the sync are told. Resync
-// echoes (the same resourceVersion again) are dropped. The objects come
-// fresh from the decoder, so the store may strip their managedFields; it
-// never changes them afterwards.
+// echoes (the same resourceVersion again) are dropped. The store keeps a
+// copy without managedFields of an object that has them, and never changes
+// an object it stores.
 type objectStore struct {
 	key      cache.ObjectName
 	onChange func()
@@ -280,11 +369,16 @@ func (s *objectStore) put(obj any, list bool) {
 		if !ok {
 			return
 		}
-		if len(m.GetManagedFields()) > 0 {
-			m.SetManagedFields(nil)
-		}
 		ro, _ = obj.(runtime.Object)
 		rv = m.GetResourceVersion()
+		if len(m.GetManagedFields()) > 0 {
+			// Stripped on a copy: the reflector's object may be shared
+			// (fake clientsets hand the same object to every watcher).
+			ro = ro.DeepCopyObject()
+			if cm, err := meta.Accessor(ro); err == nil {
+				cm.SetManagedFields(nil)
+			}
+		}
 	}
 	s.mu.Lock()
 	wasSynced := s.synced

@@ -126,13 +126,16 @@ func (s *Source) setupObjects() error {
 	client := s.cfg.Client
 	core, storage := client.CoreV1(), client.StorageV1()
 	s.node = newByNameCache(KindNode, corev1.Resource("nodes"), &corev1.Node{}, listWatchFuncs{
+		get: func(ctx context.Context, _, name string) (runtime.Object, error) {
+			return core.Nodes().Get(ctx, name, metav1.GetOptions{})
+		},
 		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Nodes().List(ctx, o)
 		},
 		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Nodes().Watch(ctx, o)
 		},
-		client: client,
+		newList: func() runtime.Object { return &corev1.NodeList{} },
 	}, func(cache.ObjectName) { s.nodeChanged() })
 	s.node.watch(s.nodeKey) // the agent's own Node is always referenced
 
@@ -153,33 +156,42 @@ func (s *Source) setupObjects() error {
 	}
 	s.caches[KindPersistentVolumeClaim] = newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim),
 		&corev1.PersistentVolumeClaim{}, listWatchFuncs{
+			get: func(ctx context.Context, ns, name string) (runtime.Object, error) {
+				return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			},
 			list: func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
 				return core.PersistentVolumeClaims(ns).List(ctx, o)
 			},
 			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
 			},
-			client: client,
+			newList: func() runtime.Object { return &corev1.PersistentVolumeClaimList{} },
 		}, s.objectChanged(KindPersistentVolumeClaim))
 	s.caches[KindPersistentVolume] = newByNameCache(KindPersistentVolume, resourceOf(KindPersistentVolume),
 		&corev1.PersistentVolume{}, listWatchFuncs{
+			get: func(ctx context.Context, _, name string) (runtime.Object, error) {
+				return core.PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+			},
 			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 				return core.PersistentVolumes().List(ctx, o)
 			},
 			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
 				return core.PersistentVolumes().Watch(ctx, o)
 			},
-			client: client,
+			newList: func() runtime.Object { return &corev1.PersistentVolumeList{} },
 		}, s.objectChanged(KindPersistentVolume))
 	s.caches[KindVolumeAttachment] = newByNameCache(KindVolumeAttachment, resourceOf(KindVolumeAttachment),
 		&storagev1.VolumeAttachment{}, listWatchFuncs{
+			get: func(ctx context.Context, _, name string) (runtime.Object, error) {
+				return storage.VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+			},
 			list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
 				return storage.VolumeAttachments().List(ctx, o)
 			},
 			watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
 				return storage.VolumeAttachments().Watch(ctx, o)
 			},
-			client: client,
+			newList: func() runtime.Object { return &storagev1.VolumeAttachmentList{} },
 		}, s.objectChanged(KindVolumeAttachment))
 	return nil
 }
