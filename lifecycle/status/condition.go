@@ -79,6 +79,11 @@ type PodVolumesStatus struct {
 	// is cleaned of control characters and truncated to MaxMessageLength.
 	// It must never contain Secret data.
 	Message string
+	// Pending marks a status that only says a step is in progress (no
+	// error): the writer holds it back for its PendingDelay, so that a pod
+	// whose volumes are ready within that time gets one write, not one per
+	// step.
+	Pending bool
 }
 
 // Ready returns the status of a pod whose volumes are all published.
@@ -88,7 +93,7 @@ func Ready(pod volume.PodInfo) PodVolumesStatus {
 
 // Blocked returns the status of a pod that waits for b.
 func Blocked(pod volume.PodInfo, b Blocker) PodVolumesStatus {
-	return PodVolumesStatus{Pod: pod, Reason: b.Reason(), Message: b.Message()}
+	return PodVolumesStatus{Pod: pod, Reason: b.Reason(), Message: b.Message(), Pending: b.Err == nil}
 }
 
 // Blocker is the step and volume that keep a pod from being ready, and why.

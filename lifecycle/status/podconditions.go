@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +23,13 @@ import (
 // PodConditionsQueueName names the pod condition queue in workqueue metrics.
 const PodConditionsQueueName = "csi_volmgr_pod_conditions"
 
+// DefaultPendingDelay is how long an in-progress status waits before it is
+// written: a pod whose volumes are published within it gets a single write
+// (True), instead of one per step (waiting for stage, for publish, True),
+// which at the agent's API rate limit would cost three times the writes and
+// delay other pods' conditions.
+const DefaultPendingDelay = time.Second
+
 // PodConditionsConfig configures a PodConditions writer.
 type PodConditionsConfig struct {
 	// Client patches pods/status. Required.
@@ -34,6 +42,11 @@ type PodConditionsConfig struct {
 	CachedPod func(namespace, name string) *corev1.Pod
 	// Clock stamps lastTransitionTime; nil is the real clock.
 	Clock clock.PassiveClock
+	// PendingDelay is how long a Pending status (a step in progress, no
+	// error) waits before it is written, in case a newer status replaces
+	// it: zero is DefaultPendingDelay, negative writes it at once. Ready
+	// and failed statuses are always written at once.
+	PendingDelay time.Duration
 	// Queue tunes the workqueue.
 	Queue QueueOptions
 }
@@ -69,6 +82,8 @@ type PodConditions struct {
 	cachedPod func(namespace, name string) *corev1.Pod
 	clock     clock.PassiveClock
 	queue     workqueue.TypedRateLimitingInterface[string]
+	// pendingDelay is PodConditionsConfig.PendingDelay, defaulted.
+	pendingDelay time.Duration
 
 	// mu guards desired and written, both keyed by pod UID.
 	mu sync.Mutex
@@ -87,22 +102,31 @@ func NewPodConditions(cfg PodConditionsConfig) (*PodConditions, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	pendingDelay := cfg.PendingDelay
+	switch {
+	case pendingDelay == 0:
+		pendingDelay = DefaultPendingDelay
+	case pendingDelay < 0:
+		pendingDelay = 0
+	}
 	return &PodConditions{
-		client:    cfg.Client,
-		cachedPod: cfg.CachedPod,
-		clock:     clk,
-		queue:     newQueue(PodConditionsQueueName, cfg.Queue),
-		desired:   map[types.UID]PodVolumesStatus{},
-		written:   map[types.UID]corev1.PodCondition{},
+		pendingDelay: pendingDelay,
+		client:       cfg.Client,
+		cachedPod:    cfg.CachedPod,
+		clock:        clk,
+		queue:        newQueue(PodConditionsQueueName, cfg.Queue),
+		desired:      map[types.UID]PodVolumesStatus{},
+		written:      map[types.UID]corev1.PodCondition{},
 	}, nil
 }
 
-// Set records s as the status wanted on s.Pod and schedules the write. The
-// message is cleaned and truncated (see PodVolumesStatus). Setting the
-// status that is already wanted does nothing.
+// Set records s as the status wanted on s.Pod and schedules the write: at
+// once, or after the PendingDelay for a Pending status. The message is
+// cleaned and truncated (see PodVolumesStatus). Setting the status that is
+// already wanted does nothing.
 func (w *PodConditions) Set(s PodVolumesStatus) {
 	if s.Ready {
-		s.Reason, s.Message = "", ""
+		s.Reason, s.Message, s.Pending = "", "", false
 	}
 	s.Message = sanitizeMessage(s.Message)
 	s.Reason = truncate(s.Reason, maxReasonLength)
@@ -114,6 +138,11 @@ func (w *PodConditions) Set(s PodVolumesStatus) {
 	}
 	w.desired[uid] = s
 	w.mu.Unlock()
+	if s.Pending && w.pendingDelay > 0 {
+		// Whatever is wanted when the delay ends is written then.
+		w.queue.AddAfter(string(uid), w.pendingDelay)
+		return
+	}
 	w.queue.Add(string(uid))
 }
 

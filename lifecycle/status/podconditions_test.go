@@ -348,3 +348,57 @@ func TestNewPodConditionsNeedsClient(t *testing.T) {
 		t.Error("NewPodConditions() without Client succeeded, want an error")
 	}
 }
+
+// TestPendingStatusHeldBack: a status that only says a step is in progress
+// is written after the PendingDelay, unless a newer status replaced it by
+// then; failures and Ready are written at once. With one worker, a status
+// written at once for q is the sync point: a pending status of p written
+// at once would have come before it.
+func TestPendingStatusHeldBack(t *testing.T) {
+	p, q := testPod("p"), testPod("q")
+	queueClock := testingclock.NewFakeClock(t0)
+	f := &condFixture{client: fake.NewClientset(p, q), clock: testingclock.NewFakePassiveClock(t0), ctx: testContext(t)}
+	w, err := status.NewPodConditions(status.PodConditionsConfig{
+		Client: f.client, Clock: f.clock, PendingDelay: time.Second,
+		Queue: status.QueueOptions{Clock: queueClock},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.writer = w
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx, 1) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pending := status.Blocked(podInfo(p), status.Blocker{SpecName: "data", Step: volume.StepStage})
+	if !pending.Pending || pending.Reason != status.ReasonVolumesPending {
+		t.Fatalf("Blocked without an error = %+v, want a Pending VolumesPending status", pending)
+	}
+	w.Set(pending)
+	failed := status.Blocked(podInfo(q), status.Blocker{SpecName: "data", Step: volume.StepStage, Err: errors.New("boom")})
+	if failed.Pending {
+		t.Fatalf("Blocked with an error is Pending: %+v", failed)
+	}
+	w.Set(failed)
+	f.waitCondition(t, "q", failed)
+	if c := podCondition(f.get(t, "p")); c != nil {
+		t.Fatalf("pending status written before its delay: %+v", c)
+	}
+
+	// The delay passes with p still pending: written then.
+	queueClock.Step(time.Second)
+	f.waitCondition(t, "p", pending)
+
+	// Pending then Ready within the delay: only Ready is written.
+	before := len(patches(f.client, "pods"))
+	w.Set(status.Blocked(podInfo(q), status.Blocker{SpecName: "data", Step: volume.StepPublish}))
+	w.Set(status.Ready(podInfo(q)))
+	f.waitCondition(t, "q", status.Ready(podInfo(q)))
+	queueClock.Step(time.Second)
+	w.Set(failed) // sync point after the delayed key was processed
+	f.waitCondition(t, "q", failed)
+	if got := patches(f.client, "pods")[before:]; len(got) != 2 {
+		t.Errorf("%d patches after pending → ready → failed, want 2 (ready, failed):\n%s", len(got), strings.Join(got, "\n"))
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Default backoff of failed writes: as the kubelet's operations, 500 ms
@@ -27,6 +28,9 @@ type QueueOptions struct {
 	// work duration, retries) under the queue's name; nil means the
 	// provider set with workqueue.SetProvider.
 	MetricsProvider workqueue.MetricsProvider
+	// Clock times delayed adds (retries, held-back statuses); nil is the
+	// real clock.
+	Clock clock.WithTicker
 }
 
 // newQueue returns a rate-limited workqueue named name.
@@ -41,6 +45,7 @@ func newQueue(name string, opts QueueOptions) workqueue.TypedRateLimitingInterfa
 	return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{
 		Name:            name,
 		MetricsProvider: opts.MetricsProvider,
+		Clock:           opts.Clock,
 	})
 }
 
