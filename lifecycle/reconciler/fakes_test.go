@@ -119,6 +119,16 @@ func (f fakePolicies) Get(string) policy.Policy {
 	return p
 }
 
+// policyByDriver gives attachRequired per driver; drivers not listed
+// need no attach.
+type policyByDriver map[string]bool
+
+func (f policyByDriver) Get(driver string) policy.Policy {
+	p := policy.Default()
+	p.AttachRequired = f[driver]
+	return p
+}
+
 type fakeDrivers struct {
 	mu         sync.Mutex
 	registered map[string]bool
@@ -194,7 +204,7 @@ type readyCounter struct {
 	n  int
 }
 
-func (c *readyCounter) ObservePodReady(time.Duration) {
+func (c *readyCounter) ObservePodReady(volume.PodInfo, time.Time, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++

@@ -94,10 +94,10 @@ type InUseReporter interface {
 	Reported(name volume.Name) bool
 }
 
-// ReadyObserver records how long pods waited for their volumes; nil
+// ReadyObserver is told when a pod's volumes first became ready; nil
 // records nothing.
 type ReadyObserver interface {
-	// ObservePodReady records the time from a pod's first event to all its
-	// volumes published.
-	ObservePodReady(d time.Duration)
+	// ObservePodReady records that all the pod's volumes were published at
+	// ready, for a pod first seen (its first informer event) at firstSeen.
+	ObservePodReady(pod volume.PodInfo, firstSeen, ready time.Time)
 }

@@ -152,8 +152,12 @@ func (r *Reconciler) DriverRegistered(driver string) { r.wakeDriver(driver) }
 // PolicyChanged does the same for a driver whose CSIDriver policy changed
 // (created, updated or deleted): e.g. attachRequired turning false frees
 // volumes that wait for a VolumeAttachment. The desired state does not
-// change with a policy, so nothing else wakes them.
-func (r *Reconciler) PolicyChanged(driver string) { r.wakeDriver(driver) }
+// change with a policy, so nothing else wakes them. Whether the driver's
+// volumes belong in volumesInUse may have changed too.
+func (r *Reconciler) PolicyChanged(driver string) {
+	r.markInUseDirty()
+	r.wakeDriver(driver)
+}
 
 // wakeDriver resets the backoff of, and enqueues, every volume of driver
 // and its pods.

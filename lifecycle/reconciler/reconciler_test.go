@@ -4,11 +4,13 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
@@ -177,4 +179,55 @@ func TestPolicyChangeWakesVolumeInBackoff(t *testing.T) {
 		c := h.ops.history()
 		return len(c) == failed+3 && slices.Equal(c[failed:], []string{"attach " + name, "stage " + name, "publish " + name + "@p1"})
 	})
+}
+
+// TestVolumesInUseOnlyWhenAttachRequired: as the kubelet reports the
+// volumes of attachable plugins only, volumesInUse holds the volume whose
+// driver needs attach and not the one whose driver does not, while both
+// are published; a policy change moves the second one in.
+func TestVolumesInUseOnlyWhenAttachRequired(t *testing.T) {
+	const noAttach = "noattach.csi.example.com"
+	inUse := &fakeInUse{reported: map[volume.Name]bool{}}
+	attached := volume.PersistentName(testDriver, "h1")
+	free := volume.PersistentName(noAttach, "h2")
+	inUse.reported[attached] = true
+	policies := policyByDriver{testDriver: true}
+	var mu sync.Mutex
+	h := newHarness(t, func(c *Config) {
+		c.InUse = inUse
+		c.Policies = lockedPolicies{mu: &mu, p: policies}
+	})
+	h.drivers.mu.Lock()
+	h.drivers.registered[noAttach] = true
+	h.drivers.mu.Unlock()
+	h.setPod("p1", pvSource("h1"), volume.Source{Driver: noAttach, Handle: "h2", PVName: "pv-h2", AccessType: volume.Filesystem})
+	eventually(t, "p1 ready", func() bool { s, _ := h.status.get("p1"); return s.Ready })
+	inUse.mu.Lock()
+	got := slices.Clone(inUse.set)
+	inUse.mu.Unlock()
+	if !slices.Contains(got, attached) || slices.Contains(got, free) {
+		t.Errorf("volumesInUse = %v, want %s and not %s", got, attached, free)
+	}
+
+	mu.Lock()
+	policies[noAttach] = true
+	mu.Unlock()
+	h.r.PolicyChanged(noAttach)
+	eventually(t, "the second volume reported after its driver needs attach", func() bool {
+		inUse.mu.Lock()
+		defer inUse.mu.Unlock()
+		return slices.Contains(inUse.set, free) && slices.Contains(inUse.set, attached)
+	})
+}
+
+// lockedPolicies guards a policyByDriver the test changes.
+type lockedPolicies struct {
+	mu *sync.Mutex
+	p  policyByDriver
+}
+
+func (l lockedPolicies) Get(driver string) policy.Policy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.Get(driver)
 }

@@ -38,7 +38,7 @@ func (r *Reconciler) podChanged(uid types.UID) {
 	r.ready[uid] = st.Ready
 	r.mu.Unlock()
 	if first && r.cfg.Ready != nil && !p.FirstSeen.IsZero() {
-		r.cfg.Ready.ObservePodReady(r.cfg.Now().Sub(p.FirstSeen))
+		r.cfg.Ready.ObservePodReady(p.Info, p.FirstSeen, r.cfg.Now())
 	}
 }
 
@@ -115,8 +115,12 @@ func (r *Reconciler) markInUseDirty() {
 }
 
 // reportInUse recomputes the volumes in use whenever they may have changed:
-// the wanted volumes that need attach, plus every volume the actual state
-// still holds (until unstaged it is in use).
+// the volumes of drivers that need attach (the attach/detach controller
+// detaches only those), wanted or still held by the actual state (until
+// unstaged it is in use). As the kubelet, which reports the volumes of
+// attachable plugins only, volumes of drivers with attachRequired=false
+// are left out: nothing detaches them, and reporting them would cost a
+// Node status write per volume.
 func (r *Reconciler) reportInUse(ctx context.Context) {
 	if r.cfg.InUse == nil {
 		return
@@ -127,14 +131,26 @@ func (r *Reconciler) reportInUse(ctx context.Context) {
 			return
 		case <-r.inUseDirty:
 		}
-		names := r.cfg.Actual.VolumesInUse()
+		var names []volume.Name
+		for _, name := range r.cfg.Actual.VolumesInUse() {
+			if r.attachRequired(r.driverOf(name)) {
+				names = append(names, name)
+			}
+		}
 		for _, name := range r.cfg.Desired.Volumes() {
-			if src, ok := r.cfg.Desired.Volume(name); ok && !src.Inline {
+			if src, ok := r.cfg.Desired.Volume(name); ok && !src.Inline && r.attachRequired(src.Driver) {
 				names = append(names, name)
 			}
 		}
 		r.cfg.InUse.Set(names)
 	}
+}
+
+// attachRequired says whether the driver's volumes are attached by the
+// attach/detach controller; a driver with no CSIDriver object needs attach,
+// as in the kubelet.
+func (r *Reconciler) attachRequired(driver string) bool {
+	return r.cfg.Policies.Get(driver).AttachRequired
 }
 
 var _ ActualState = &asw.World{}

@@ -57,7 +57,7 @@ func (r *Reconciler) syncVolume(ctx context.Context, name volume.Name) error {
 // attaches, so that it never detaches a volume this node may have staged
 // (kubelet #106853 semantics).
 func (r *Reconciler) mustWaitForInUse(name volume.Name, src volume.Source) bool {
-	if r.cfg.InUse == nil || src.Inline || !r.cfg.Policies.Get(src.Driver).AttachRequired {
+	if r.cfg.InUse == nil || src.Inline || !r.attachRequired(src.Driver) {
 		return false
 	}
 	return !r.cfg.InUse.Reported(name)
