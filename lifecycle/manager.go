@@ -25,6 +25,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Drivers is what the lifecycle needs of the driver registry;
@@ -79,7 +80,8 @@ type Config struct {
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
-	// are filled in by the Manager.
+	// are filled in by the Manager. Reconciler.Ready, when set, is told of
+	// every pod whose volumes became ready, besides the Manager's metrics.
 	Reconciler reconciler.Config
 }
 
@@ -185,7 +187,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	rcfg := m.cfg.Reconciler
 	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, in.wrap(ops)
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = m.cfg.Policies, registered{m.cfg.Drivers}, pop.Synced()
-	rcfg.Status, rcfg.Events, rcfg.InUse, rcfg.Ready = in.status, in.events, in.inUse, met
+	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
+	rcfg.Ready = met
+	if m.cfg.Reconciler.Ready != nil {
+		rcfg.Ready = readyObservers{met, m.cfg.Reconciler.Ready}
+	}
 	rcfg.MetricsProvider = met.WorkqueueProvider()
 	if m.cfg.ResyncPeriod != 0 {
 		rcfg.ResyncPeriod = m.cfg.ResyncPeriod
@@ -242,4 +248,13 @@ type registered struct{ drivers Drivers }
 func (r registered) Registered(name string) bool {
 	_, ok := r.drivers.Client(name)
 	return ok
+}
+
+// readyObservers tells each of its observers.
+type readyObservers []reconciler.ReadyObserver
+
+func (o readyObservers) ObservePodReady(pod volume.PodInfo, firstSeen, ready time.Time) {
+	for _, obs := range o {
+		obs.ObservePodReady(pod, firstSeen, ready)
+	}
 }

@@ -200,3 +200,27 @@ func TestMkdirAll(t *testing.T) {
 		t.Error("MkdirAll below a file succeeded")
 	}
 }
+
+// TestReplaceFile: the non-durable write replaces the content whole,
+// creates missing parents with DirMode and leaves no temporary file.
+func TestReplaceFile(t *testing.T) {
+	base := t.TempDir()
+	path := filepath.Join(base, "pods", "uid", "vol_data.json")
+	for _, content := range []string{`{"a":"1"}`, `{"b":"2"}`} {
+		if err := checkpoint.ReplaceFile(path, []byte(content)); err != nil {
+			t.Fatalf("ReplaceFile: %v", err)
+		}
+		if got, err := os.ReadFile(path); err != nil || string(got) != content {
+			t.Errorf("content = %q, %v; want %q", got, err, content)
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Dir(path)); err != nil || len(entries) != 1 {
+		t.Errorf("directory holds %v (err %v), want only the record", entries, err)
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm() != checkpoint.DirMode {
+		t.Errorf("parent directory: %v, %v; want mode 0750", fi, err)
+	}
+	if err := checkpoint.ReplaceFile(filepath.Join(path, "below-a-file"), nil); err == nil {
+		t.Error("ReplaceFile below a file succeeded")
+	}
+}

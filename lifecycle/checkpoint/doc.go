@@ -2,7 +2,8 @@
 // vol_data.json written before NodePublishVolume and the staged-volume
 // vol_data.json written before NodeStageVolume and removed only after
 // NodeUnstageVolume succeeded. Records are written atomically (temporary
-// file, fsync, rename, fsync of the directory) in the kubelet's format, a
+// file, rename); staged-volume records durably too (fsync of the file and
+// of every directory entry made for it), in the kubelet's format, a
 // JSON object of strings, so a reader of either tolerates the other's extra
 // keys; unreadable records are reported as ErrCorrupt.
 package checkpoint

@@ -25,9 +25,27 @@ func tempPattern(path string) string {
 // and the directory is fsynced. After a crash, path holds either the old or
 // the new content, never a mix. Missing parent directories are created with
 // MkdirAll.
-func WriteFile(path string, data []byte) (err error) {
+func WriteFile(path string, data []byte) error {
+	return writeFile(path, data, true)
+}
+
+// ReplaceFile replaces path with data atomically but not durably: as
+// WriteFile without any fsync. A killed agent finds the old or the new
+// content (the kernel keeps both writes and the rename); only a power loss
+// may take the new one back. Missing parent directories are created
+// without fsync either.
+func ReplaceFile(path string, data []byte) error {
+	return writeFile(path, data, false)
+}
+
+func writeFile(path string, data []byte, durable bool) (err error) {
 	dir := filepath.Dir(path)
-	if err := MkdirAll(dir); err != nil {
+	if durable {
+		err = MkdirAll(dir)
+	} else {
+		err = os.MkdirAll(dir, DirMode)
+	}
+	if err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, tempPattern(path))
@@ -48,15 +66,20 @@ func WriteFile(path string, data []byte) (err error) {
 		f.Close()
 		return fmt.Errorf("setting the mode of %s: %w", tmp, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("syncing %s: %w", tmp, err)
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("syncing %s: %w", tmp, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("closing %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", tmp, path, err)
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(dir)
 }

@@ -88,9 +88,13 @@ type StageRecord struct {
 	StagingPath string
 }
 
-// WritePublish writes r to path (see WriteFile).
+// WritePublish writes r to path atomically, not durably (see
+// ReplaceFile): a publish does not outlive a reboot (its mount is gone),
+// and a killed agent finds the record in the page cache; an fsync would buy
+// nothing but milliseconds on every pod start. The kubelet does not sync
+// its vol_data.json either.
 func WritePublish(path string, r PublishRecord) error {
-	return writeRecord(path, map[string]string{
+	return writeRecord(path, ReplaceFile, map[string]string{
 		keySpecVolID:           r.SpecVolID,
 		keyVolumeHandle:        r.VolumeHandle,
 		keyDriverName:          r.DriverName,
@@ -131,9 +135,11 @@ func ReadPublish(path string) (PublishRecord, error) {
 	}, nil
 }
 
-// WriteStage writes r to path (see WriteFile).
+// WriteStage writes r to path atomically and durably (see WriteFile): a
+// staged volume is unstaged after a restart, power loss included, only if
+// its record is there.
 func WriteStage(path string, r StageRecord) error {
-	return writeRecord(path, map[string]string{
+	return writeRecord(path, WriteFile, map[string]string{
 		keyVolumeHandle:        r.VolumeHandle,
 		keyDriverName:          r.DriverName,
 		keySELinuxMountContext: r.SELinuxMountContext,
@@ -167,8 +173,8 @@ func ReadStage(path string) (StageRecord, error) {
 }
 
 // writeRecord encodes m as the kubelet does (a JSON object of strings,
-// newline-terminated), leaving out empty values, and writes it atomically.
-func writeRecord(path string, m map[string]string) error {
+// newline-terminated), leaving out empty values, and writes it with write.
+func writeRecord(path string, write func(string, []byte) error, m map[string]string) error {
 	for k, v := range m {
 		if v == "" {
 			delete(m, k)
@@ -178,7 +184,7 @@ func writeRecord(path string, m map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	return WriteFile(path, append(data, '\n'))
+	return write(path, append(data, '\n'))
 }
 
 // readRecord decodes the record at path, keeping the string values of the

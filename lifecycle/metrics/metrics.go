@@ -97,9 +97,10 @@ func (m *Metrics) ObserveOperation(driver string, step volume.Step, err error, d
 }
 
 // ObservePodReady records, in csi_volmgr_pod_volumes_ready_seconds, the
-// time d from the pod event that made a pod's volumes wanted until all
-// were published. The kubelet has no such metric; the name carries the
-// agent's prefix so that it collides with none of the kubelet's.
-func (m *Metrics) ObservePodReady(d time.Duration) {
-	m.podReady.Observe(d.Seconds())
+// time from the pod event that made a pod's volumes wanted (firstSeen)
+// until all were published (ready). The kubelet has no such metric; the
+// name carries the agent's prefix so that it collides with none of the
+// kubelet's.
+func (m *Metrics) ObservePodReady(_ volume.PodInfo, firstSeen, ready time.Time) {
+	m.podReady.Observe(ready.Sub(firstSeen).Seconds())
 }

@@ -78,8 +78,10 @@ storage_operation_duration_seconds_count{operation_name="volume_mount",status="f
 // TestPodReady checks the pod-ready latency histogram with its buckets.
 func TestPodReady(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Config{})
-	m.ObservePodReady(3 * time.Millisecond)
-	m.ObservePodReady(40 * time.Second)
+	pod := volume.PodInfo{UID: "uid-p", Namespace: "ns", Name: "p"}
+	seen := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	m.ObservePodReady(pod, seen, seen.Add(3*time.Millisecond))
+	m.ObservePodReady(pod, seen, seen.Add(40*time.Second))
 
 	want := `
 # HELP csi_volmgr_pod_volumes_ready_seconds Time from the event that made a pod's volumes wanted (the pod's add or change) until all its volumes are published

@@ -3,6 +3,7 @@ package operations
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -288,7 +289,7 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 		if p.site.caller {
 			return nil
 		}
-		return checkpoint.MkdirAll(filepath.Dir(p.site.Target))
+		return os.MkdirAll(filepath.Dir(p.site.Target), checkpoint.DirMode)
 	})
 	if err != nil {
 		return s.fail(err)

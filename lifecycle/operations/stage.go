@@ -3,6 +3,7 @@ package operations
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -269,7 +270,8 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 		if p.site.caller {
 			return nil
 		}
-		return checkpoint.MkdirAll(p.site.Path)
+		// The staging directory need not be durable: the record is.
+		return os.MkdirAll(p.site.Path, checkpoint.DirMode)
 	})
 	if err != nil {
 		return s.fail(err)
