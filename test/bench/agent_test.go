@@ -94,11 +94,11 @@ func startAgent(ctx context.Context, b *testing.B, c agentConfig) *agent {
 	a.manager, err = lifecycle.New(lifecycle.Config{
 		Client: client, NodeName: c.nodeName, RootDir: c.rootDir,
 		Drivers: a.drivers, Policies: policies,
-		Registerer:   a.probe.registerer(a.metrics),
+		Registerer:   a.metrics,
 		ResyncPeriod: opts.ResyncPeriod,
 		Reconciler: reconciler.Config{
 			VolumeWorkers: volumeWorkers, PodWorkers: podWorkers,
-			Now: a.probe.now,
+			Ready: a.probe,
 		},
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -35,22 +36,24 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// firstWatch returns when the first watch request whose URL holds all of
-// parts was sent at or after since.
-func (l *requestLog) firstWatch(since time.Time, parts ...string) (time.Time, bool) {
+// firstRead returns when the first read of the named object was sent at
+// or after since: a GET of it, or a list or watch with the field selector
+// metadata.name=<name>, of resource (e.g. "persistentvolumeclaims").
+func (l *requestLog) firstRead(since time.Time, resource, name string) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-next:
 	for _, r := range l.sent {
-		if r.at.Before(since) || r.method != http.MethodGet || !strings.Contains(r.url, "watch=true") {
+		if r.at.Before(since) || r.method != http.MethodGet {
 			continue
 		}
-		for _, p := range parts {
-			if !strings.Contains(r.url, p) {
-				continue next
-			}
+		u, err := url.Parse(r.url)
+		if err != nil {
+			continue
 		}
-		return r.at, true
+		if strings.HasSuffix(u.Path, "/"+resource+"/"+name) ||
+			(strings.HasSuffix(u.Path, "/"+resource) && u.Query().Get("fieldSelector") == "metadata.name="+name) {
+			return r.at, true
+		}
 	}
 	return time.Time{}, false
 }

@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,11 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// sortBy sorts s by key, keeping the order of equal keys.
-func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
-	slices.SortStableFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
-}
 
 // dist is a sorted sample of durations.
 type dist []time.Duration

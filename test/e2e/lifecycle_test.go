@@ -75,8 +75,12 @@ func TestPodWithPVC(t *testing.T) {
 		t.Errorf("paths sent: stage %q, publish staging %q target %q; want %q and %q",
 			calls[0].Begin.StagingPath, calls[1].Begin.StagingPath, calls[1].Begin.TargetPath, st.Path, pub.Target)
 	}
-	want := uniqueName(driver, vol.ID)
-	waitInUse(t, f, "lists the volume", func(got []corev1.UniqueVolumeName) bool { return slices.Equal(got, []corev1.UniqueVolumeName{want}) })
+	// The driver needs no attach (attachRequired=false): as the kubelet,
+	// which reports attachable volumes only, the agent leaves the volume
+	// out of volumesInUse (TestAttachRequired checks the other case).
+	if got, err := volumesInUse(t, f); err != nil || len(got) != 0 {
+		t.Errorf("volumesInUse with the volume published = %q (err %v), want it empty: the driver needs no attach", got, err)
+	}
 
 	deletePod(t, f, pod)
 	calls = waitCalls(t, p, vol.ID, "unpublish and unstage", hasOK(nodeUnstage, 1))
