@@ -131,14 +131,29 @@ func (r *Reconciler) reportInUse(ctx context.Context) {
 			return
 		case <-r.inUseDirty:
 		}
+		// One policy lookup per driver and pass: the pass walks every
+		// volume, and it runs after every stage and unstage.
+		attach := map[string]bool{}
+		needsAttach := func(name volume.Name) bool {
+			driver := name.Driver()
+			if driver == "" {
+				return false // inline volumes are never attached
+			}
+			v, ok := attach[driver]
+			if !ok {
+				v = r.attachRequired(driver)
+				attach[driver] = v
+			}
+			return v
+		}
 		var names []volume.Name
 		for _, name := range r.cfg.Actual.VolumesInUse() {
-			if r.attachRequired(r.driverOf(name)) {
+			if needsAttach(name) {
 				names = append(names, name)
 			}
 		}
 		for _, name := range r.cfg.Desired.Volumes() {
-			if src, ok := r.cfg.Desired.Volume(name); ok && !src.Inline && r.attachRequired(src.Driver) {
+			if needsAttach(name) {
 				names = append(names, name)
 			}
 		}

@@ -52,6 +52,21 @@ func (n Name) IsInline() bool {
 	return strings.HasPrefix(string(n), pluginPrefix) && !strings.Contains(string(n), "^")
 }
 
+// Driver returns the driver of a persistent volume's name (the part
+// between the plugin prefix and the first "^"; CSI driver names hold no
+// "^"), and "" for an inline volume's or a malformed name.
+func (n Name) Driver() string {
+	rest, ok := strings.CutPrefix(string(n), pluginPrefix)
+	if !ok {
+		return ""
+	}
+	driver, _, ok := strings.Cut(rest, "^")
+	if !ok {
+		return ""
+	}
+	return driver
+}
+
 // PodKey identifies one pod's use of one volume: the unit of publish and
 // unpublish.
 type PodKey struct {

@@ -33,6 +33,16 @@ func TestNames(t *testing.T) {
 	if inline != "kubernetes.io/csi/0a1b-uid-my-vol" || !inline.IsInline() {
 		t.Errorf("InlineName = %q (inline %v)", inline, inline.IsInline())
 	}
+	for name, want := range map[Name]string{
+		pv:                                     "hostpath.csi.k8s.io",
+		PersistentName("d.example.com", "a^b"): "d.example.com",
+		inline:                                 "",
+		"other/plugin^x":                       "",
+	} {
+		if got := name.Driver(); got != want {
+			t.Errorf("%q.Driver() = %q, want %q", name, got, want)
+		}
+	}
 }
 
 func TestPublishName(t *testing.T) {
