@@ -19,8 +19,9 @@
 //
 // # State file
 //
-// <state-dir>/state.json holds every volume (see Volume) and is replaced atomically (write a
-// temporary file, fsync, rename, fsync the directory) on each change. LoadState reads it.
+// <state-dir>/state/<volume-id>.json holds one volume (see Volume) and is replaced atomically
+// (write a temporary file, fsync, rename, fsync the directory) on each change of that volume, so a
+// call costs the write of one small record whatever the number of volumes. LoadState reads them.
 //
 // # Journal
 //

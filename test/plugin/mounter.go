@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 )
@@ -74,11 +76,33 @@ func ensureBindMount(logger klog.Logger, m mount.Interface, from, target, volume
 	} else if mounted {
 		return fmt.Errorf("%s: %w", target, errForeignMount)
 	}
-	if err := m.Mount(from, target, "", opts); err != nil {
+	if err := bindMount(m, from, target, opts); err != nil {
 		return fmt.Errorf("bind-mount %s at %s: %w", from, target, err)
 	}
 	logger.V(4).Info("Bind-mounted", "source", from, "targetPath", target, "options", opts)
 	return nil
+}
+
+// bindMount bind-mounts from at target with opts (bindOptions). A plain or read-only bind mount
+// is made with mount(2) itself; other options go through mount(8), which knows their names. The
+// mount(8) binary costs a fork, an exec and, through libmount, a parse of the whole mount table
+// on every call: with a thousand volumes mounted, most of the plugin's CPU time.
+func bindMount(m mount.Interface, from, target string, opts []string) error {
+	switch {
+	case slices.Equal(opts, []string{"bind"}):
+		return unix.Mount(from, target, "", unix.MS_BIND, "")
+	case slices.Equal(opts, []string{"bind", "ro"}):
+		if err := unix.Mount(from, target, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		// A bind mount takes MS_RDONLY only on a remount.
+		if err := unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			_ = unix.Unmount(target, 0)
+			return fmt.Errorf("making it read-only: %w", err)
+		}
+		return nil
+	}
+	return m.Mount(from, target, "", opts)
 }
 
 func makeMountPoint(path string, asFile bool) error {
@@ -109,7 +133,7 @@ func unmountAll(logger klog.Logger, m mount.Interface, path, volumeSource string
 		if !ours {
 			return nil
 		}
-		if err := m.Unmount(path); err != nil {
+		if err := unix.Unmount(path, 0); err != nil {
 			return fmt.Errorf("unmount %s: %w", path, err)
 		}
 		logger.V(4).Info("Unmounted", "targetPath", path)

@@ -9,16 +9,21 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 )
 
-// stateFileName is the name of the state file inside the state directory.
-const stateFileName = "state.json"
+// stateDirName is the directory inside the state directory that holds one record per volume,
+// <id>.json.
+const stateDirName = "state"
+
+// recordSuffix ends the name of every volume record.
+const recordSuffix = ".json"
 
 // volumesDirName is the directory inside the state directory that holds the volumes' backing storage.
 const volumesDirName = "volumes"
 
-// stateFormatVersion is written into the state file; a file with another version is rejected.
+// stateFormatVersion is written into each volume record; a record with another version is rejected.
 const stateFormatVersion = 1
 
 // AccessType says how a volume is exposed to its consumer.
@@ -103,28 +108,36 @@ func (v *Volume) clone() Volume {
 	return c
 }
 
-// stateFile is the on-disk format of the state file.
-type stateFile struct {
-	Version int      `json:"version"`
-	Volumes []Volume `json:"volumes"`
+// volumeRecord is the on-disk format of one volume's record.
+type volumeRecord struct {
+	Version int    `json:"version"`
+	Volume  Volume `json:"volume"`
 }
 
-// store is the plugin's volume table, mirrored to the state file on every change.
-// Methods are safe for concurrent use. Errors other than those returned by an update
-// function are failures to read or write the state file.
+// store is the plugin's volume table, mirrored to one record file per volume on every change,
+// so that a call costs the write of its own volume's record, whatever the number of volumes,
+// and calls on different volumes do not wait for each other's writes. Methods are safe for
+// concurrent use. Errors other than those returned by an update function are failures to read
+// or write a record.
 type store struct {
-	path string
+	dir string
 
-	// mu guards volumes and serializes writes of the state file, so the file always
-	// holds the table as of the last successful change.
+	// writes serializes the changes of one volume: its record always holds the volume as of
+	// its last successful change, and the table shows a change only once it is written.
+	writes keyMutex
+	// mu guards volumes; it is never held while a record is written, except by create,
+	// which must check the capacity of all volumes and add the new one at once.
 	mu      sync.Mutex
 	volumes map[string]*Volume
 }
 
-// openStore loads the state file in stateDir, or starts empty when there is none.
+// openStore loads the volume records in stateDir, or starts empty when there are none.
 func openStore(stateDir string) (*store, error) {
-	s := &store{path: filepath.Join(stateDir, stateFileName), volumes: map[string]*Volume{}}
-	vols, err := loadStateFile(s.path)
+	s := &store{dir: filepath.Join(stateDir, stateDirName), volumes: map[string]*Volume{}}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	vols, err := loadRecords(s.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -135,28 +148,45 @@ func openStore(stateDir string) (*store, error) {
 	return s, nil
 }
 
-// LoadState returns the volumes recorded in the state file of stateDir, sorted by ID.
-// It returns no volumes and no error when the plugin never wrote a state file.
+// LoadState returns the volumes recorded in stateDir, sorted by ID. It returns no volumes and
+// no error when the plugin never recorded any.
 func LoadState(stateDir string) ([]Volume, error) {
-	return loadStateFile(filepath.Join(stateDir, stateFileName))
+	return loadRecords(filepath.Join(stateDir, stateDirName))
 }
 
-func loadStateFile(path string) ([]Volume, error) {
-	data, err := os.ReadFile(path)
+func loadRecords(dir string) ([]Volume, error) {
+	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read state file: %w", err)
+		return nil, fmt.Errorf("read state directory: %w", err)
 	}
-	var f stateFile
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("decode state file %s: %w", path, err)
+	var vols []Volume
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, recordSuffix) {
+			continue // a temporary file a killed write left behind
+		}
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read volume record: %w", err)
+		}
+		var r volumeRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("decode volume record %s: %w", path, err)
+		}
+		if r.Version != stateFormatVersion {
+			return nil, fmt.Errorf("volume record %s has version %d, want %d", path, r.Version, stateFormatVersion)
+		}
+		if r.Volume.ID+recordSuffix != name {
+			return nil, fmt.Errorf("volume record %s holds volume %q", path, r.Volume.ID)
+		}
+		vols = append(vols, r.Volume)
 	}
-	if f.Version != stateFormatVersion {
-		return nil, fmt.Errorf("state file %s has version %d, want %d", path, f.Version, stateFormatVersion)
-	}
-	return f.Volumes, nil
+	sort.Slice(vols, func(i, j int) bool { return vols[i].ID < vols[j].ID })
+	return vols, nil
 }
 
 // get returns a copy of the volume with the given ID.
@@ -206,48 +236,56 @@ func (s *store) create(v Volume, total int64) error {
 		return fmt.Errorf("%w: %d of %d bytes used, %d requested", errNoCapacity, used, total, v.CapacityBytes)
 	}
 	c := v.clone()
-	s.volumes[v.ID] = &c
-	if err := s.persistLocked(); err != nil {
-		delete(s.volumes, v.ID)
+	if err := s.write(&c); err != nil {
 		return err
 	}
+	s.volumes[v.ID] = &c
 	return nil
 }
 
 // update applies fn to a copy of the volume and, if fn succeeds, stores and persists the copy.
 // It returns fn's error unchanged, and found=false when there is no such volume.
 func (s *store) update(id string, fn func(*Volume) error) (found bool, err error) {
+	unlock := s.writes.lock(id)
+	defer unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	old, ok := s.volumes[id]
+	var c Volume
+	if ok {
+		c = old.clone()
+	}
+	s.mu.Unlock()
 	if !ok {
 		return false, nil
 	}
-	c := old.clone()
 	if err := fn(&c); err != nil {
 		return true, err
 	}
-	s.volumes[id] = &c
-	if err := s.persistLocked(); err != nil {
-		s.volumes[id] = old
+	if err := s.write(&c); err != nil {
 		return true, err
 	}
+	s.mu.Lock()
+	s.volumes[id] = &c
+	s.mu.Unlock()
 	return true, nil
 }
 
 // remove deletes a volume and persists the table. Removing an unknown volume is not an error.
 func (s *store) remove(id string) error {
+	unlock := s.writes.lock(id)
+	defer unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, ok := s.volumes[id]
+	_, ok := s.volumes[id]
+	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	delete(s.volumes, id)
-	if err := s.persistLocked(); err != nil {
-		s.volumes[id] = old
-		return err
+	if err := removeFileDurably(s.recordPath(id)); err != nil {
+		return fmt.Errorf("remove volume record: %w", err)
 	}
+	s.mu.Lock()
+	delete(s.volumes, id)
+	s.mu.Unlock()
 	return nil
 }
 
@@ -279,18 +317,22 @@ func (s *store) attachedTo(nodeID string) int64 {
 	return n
 }
 
-func (s *store) persistLocked() error {
-	f := stateFile{Version: stateFormatVersion, Volumes: make([]Volume, 0, len(s.volumes))}
-	for _, v := range s.volumes {
-		f.Volumes = append(f.Volumes, *v)
+// recordPath is where the record of volume id is kept.
+func (s *store) recordPath(id string) string {
+	return filepath.Join(s.dir, id+recordSuffix)
+}
+
+// write records v durably.
+func (s *store) write(v *Volume) error {
+	if v.ID == "" || strings.ContainsAny(v.ID, "/\x00") || strings.HasPrefix(v.ID, ".") {
+		return fmt.Errorf("volume ID %q cannot name a record file", v.ID)
 	}
-	sort.Slice(f.Volumes, func(i, j int) bool { return f.Volumes[i].ID < f.Volumes[j].ID })
-	data, err := json.MarshalIndent(&f, "", "  ")
+	data, err := json.MarshalIndent(volumeRecord{Version: stateFormatVersion, Volume: *v}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode state: %w", err)
+		return fmt.Errorf("encode volume record: %w", err)
 	}
-	if err := writeFileAtomic(s.path, data, 0o600); err != nil {
-		return fmt.Errorf("write state file: %w", err)
+	if err := writeFileAtomic(s.recordPath(v.ID), data, 0o600); err != nil {
+		return fmt.Errorf("write volume record: %w", err)
 	}
 	return nil
 }
