@@ -40,6 +40,8 @@ type agentConfig struct {
 	regDir   string
 	// onDriver is told every registry event, before the Manager is.
 	onDriver func(registry.Event)
+	// clusterWide runs the agent with --cluster-wide-informers.
+	clusterWide bool
 }
 
 // agent is csi-volmgr in this process: policy store, node info, driver
@@ -94,8 +96,9 @@ func startAgent(ctx context.Context, b *testing.B, c agentConfig) *agent {
 	a.manager, err = lifecycle.New(lifecycle.Config{
 		Client: client, NodeName: c.nodeName, RootDir: c.rootDir,
 		Drivers: a.drivers, Policies: policies,
-		Registerer:   a.metrics,
-		ResyncPeriod: opts.ResyncPeriod,
+		Registerer:           a.metrics,
+		ResyncPeriod:         opts.ResyncPeriod,
+		ClusterWideInformers: c.clusterWide,
 		Reconciler: reconciler.Config{
 			VolumeWorkers: volumeWorkers, PodWorkers: podWorkers,
 			Ready: a.probe,

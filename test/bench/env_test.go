@@ -71,6 +71,9 @@ type envOptions struct {
 	// otherwise its registration socket waits outside the registration
 	// directory until register.
 	registered bool
+	// clusterWide runs the agent with cluster-wide PVC, PV and
+	// VolumeAttachment informers instead of by-name watches.
+	clusterWide bool
 }
 
 // benchEnv is one benchmark's world: a Node, the test plugin with
@@ -150,7 +153,7 @@ func newBenchEnv(ctx context.Context, b *testing.B, fx *k8stest.Fixture, o envOp
 	b.Logf("setup: %d CSI volumes, PVCs and bound PVs created in %v", benchPods, time.Since(began).Round(time.Millisecond))
 
 	e.agent = startAgent(ctx, b, agentConfig{
-		rest: fx.Config, nodeName: fx.NodeName, rootDir: e.root, regDir: e.regDir,
+		rest: fx.Config, nodeName: fx.NodeName, rootDir: e.root, regDir: e.regDir, clusterWide: o.clusterWide,
 		onDriver: func(ev registry.Event) {
 			if ev.Driver == o.driver {
 				e.driverEvents <- driverEvent{typ: ev.Type, at: time.Now()}
