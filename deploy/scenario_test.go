@@ -163,6 +163,17 @@ func (s *scenario) createObjects() {
 	})
 
 	s.Handle = s.createVolume()
+}
+
+// createClaim creates the pod's PVC (pre-bound to its PV) once the pod's
+// condition says it is missing, binds it, and creates the PV once the
+// condition says that is missing: the agent looks for each before it
+// exists, and waits for it.
+func (s *scenario) createClaim(ctx context.Context) error {
+	t, c, ns := s.t, s.f.Client, s.f.Namespace
+	if err := s.waitMessage(ctx, `PVC "`+ns+`/data" not found`); err != nil {
+		return err
+	}
 	size := resource.MustParse("1Gi")
 	pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "data"},
@@ -173,7 +184,18 @@ func (s *scenario) createObjects() {
 			StorageClassName: ptr.To(""),
 		},
 	}, metav1.CreateOptions{})
-	must("PVC", err)
+	if err != nil {
+		return fmt.Errorf("creating the PVC: %w", err)
+	}
+	pvc.Status = corev1.PersistentVolumeClaimStatus{
+		Phase: corev1.ClaimBound, AccessModes: pvc.Spec.AccessModes, Capacity: corev1.ResourceList{corev1.ResourceStorage: size},
+	}
+	if _, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("binding the PVC: %w", err)
+	}
+	if err := s.waitMessage(ctx, `PV "`+s.PVName+`" of PVC "`+ns+`/data" not found`); err != nil {
+		return err
+	}
 	_, err = c.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: s.PVName},
 		Spec: corev1.PersistentVolumeSpec{
@@ -187,17 +209,54 @@ func (s *scenario) createObjects() {
 			}},
 		},
 	}, metav1.CreateOptions{})
-	must("PV", err)
+	if err != nil {
+		return fmt.Errorf("creating the PV: %w", err)
+	}
 	t.Cleanup(func() {
 		ignoreNotFound(t, c.CoreV1().PersistentVolumes().Delete(cleanupContext(t), s.PVName, metav1.DeleteOptions{}))
 	})
-	pvc.Status = corev1.PersistentVolumeClaimStatus{
-		Phase: corev1.ClaimBound, AccessModes: pvc.Spec.AccessModes, Capacity: corev1.ResourceList{corev1.ResourceStorage: size},
-	}
-	_, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
-	must("PVC binding", err)
+	return nil
+}
 
-	// What the attach/detach controller and the external attacher do.
+// waitMessage waits until the pod's VolumesReady condition message holds
+// part.
+func (s *scenario) waitMessage(ctx context.Context, part string) error {
+	err := s.eventually(ctx, func(ctx context.Context) error {
+		got, err := s.f.Client.CoreV1().Pods(s.f.Namespace).Get(ctx, s.Pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cond := volumesReady(got); cond == nil || !strings.Contains(cond.Message, part) {
+			return fmt.Errorf("pod condition %s is %+v", status.ConditionVolumesReady, cond)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the pod condition to say %s: %w", part, err)
+	}
+	return nil
+}
+
+// attachWhenInUse does what the attach/detach controller and the external
+// attacher do: once the Node reports the volume in use, it creates the
+// VolumeAttachment and marks it attached. The agent watches the
+// VolumeAttachment from before it exists.
+func (s *scenario) attachWhenInUse(ctx context.Context) error {
+	t, c := s.t, s.f.Client
+	want := corev1.UniqueVolumeName(volume.PersistentName(s.Driver, s.Handle))
+	err := s.eventually(ctx, func(ctx context.Context) error {
+		node, err := c.CoreV1().Nodes().Get(ctx, s.f.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(node.Status.VolumesInUse, want) {
+			return fmt.Errorf("Node volumesInUse %v lacks %s", node.Status.VolumesInUse, want)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the volume in use: %w", err)
+	}
 	vaName := volume.AttachmentName(s.Handle, s.Driver, s.f.NodeName)
 	va, err := c.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: vaName},
@@ -206,13 +265,17 @@ func (s *scenario) createObjects() {
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &s.PVName},
 		},
 	}, metav1.CreateOptions{})
-	must("VolumeAttachment", err)
+	if err != nil {
+		return fmt.Errorf("creating the VolumeAttachment: %w", err)
+	}
 	t.Cleanup(func() {
 		ignoreNotFound(t, c.StorageV1().VolumeAttachments().Delete(cleanupContext(t), vaName, metav1.DeleteOptions{}))
 	})
 	va.Status.Attached = true
-	_, err = c.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{})
-	must("VolumeAttachment status", err)
+	if _, err = c.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("marking the VolumeAttachment attached: %w", err)
+	}
+	return nil
 }
 
 // createVolume creates a volume in the plugin, as an external provisioner
@@ -306,7 +369,8 @@ func (s *scenario) leaseRenewed(ctx context.Context) error {
 	})
 }
 
-// podPublished creates the pod and waits until its VolumesReady condition
+// podPublished creates the pod, then its claim and volume, attaches the
+// volume once it is reported in use, and waits until its VolumesReady condition
 // is True, the plugin has published the volume at the kubelet's target path
 // (with the Secret and the token), the target is a mount point, the Node
 // reports the volume in use and the two failed publishes left one
@@ -333,6 +397,12 @@ func (s *scenario) podPublished(ctx context.Context) error {
 		return fmt.Errorf("creating the pod: %w", err)
 	}
 	s.Pod = pod
+	if err := s.createClaim(ctx); err != nil {
+		return err
+	}
+	if err := s.attachWhenInUse(ctx); err != nil {
+		return err
+	}
 	target := s.targetPath()
 	return s.eventually(ctx, func(ctx context.Context) error {
 		got, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
