@@ -19,6 +19,10 @@ const (
 	methodNodeUnpublishVolume   = "NodeUnpublishVolume"
 	methodNodeGetVolumeStats    = "NodeGetVolumeStats"
 	methodNodeExpandVolume      = "NodeExpandVolume"
+
+	methodControllerGetCapabilities = "ControllerGetCapabilities"
+	methodControllerPublishVolume   = "ControllerPublishVolume"
+	methodControllerUnpublishVolume = "ControllerUnpublishVolume"
 )
 
 // Every typed call below returns nil or an *RPCError (see Classify).

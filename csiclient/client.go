@@ -10,7 +10,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
-	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 )
@@ -174,15 +173,3 @@ func (c *Client) Controller() csi.ControllerClient { return c.controller }
 // GroupController returns a pass-through client for the driver's
 // GroupController service; see Controller.
 func (c *Client) GroupController() csi.GroupControllerClient { return c.groupController }
-
-// WaitForReady calls Probe until the driver reports ready, each attempt
-// bounded by Config.Timeout, using csi-lib-utils rpc.ProbeForever. It
-// returns nil once ready, ctx's error when ctx ends first, and an error as
-// soon as a probe fails with anything but DeadlineExceeded.
-func (c *Client) WaitForReady(ctx context.Context) error {
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("driver", c.driver))
-	if err := rpc.ProbeForever(ctx, c.conn, c.timeout); err != nil {
-		return fmt.Errorf("waiting for CSI driver %q to be ready: %w", c.driver, err)
-	}
-	return nil
-}

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
@@ -120,6 +119,21 @@ var typedCalls = []rpc{
 		_, err := c.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: "/target"})
 		return err
 	}},
+	{csi.Controller_ControllerGetCapabilities_FullMethodName, func(ctx context.Context, c *csiclient.Client) error {
+		_, err := c.ControllerCapabilities(ctx)
+		return err
+	}},
+	{csi.Controller_ControllerPublishVolume_FullMethodName, func(ctx context.Context, c *csiclient.Client) error {
+		_, err := c.ControllerPublishVolume(ctx, controllerPublishRequest())
+		return err
+	}},
+	{csi.Controller_ControllerUnpublishVolume_FullMethodName, func(ctx context.Context, c *csiclient.Client) error {
+		return c.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-1"})
+	}},
+}
+
+func controllerPublishRequest() *csi.ControllerPublishVolumeRequest {
+	return &csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-1", VolumeCapability: mountCapability()}
 }
 
 // TestErrorClassification makes the driver answer every method with every
@@ -133,12 +147,16 @@ func TestErrorClassification(t *testing.T) {
 		codes.ResourceExhausted: true, codes.Aborted: true,
 	}
 	teardown := map[string]bool{
-		csi.Node_NodeUnstageVolume_FullMethodName:   true,
-		csi.Node_NodeUnpublishVolume_FullMethodName: true,
+		csi.Node_NodeUnstageVolume_FullMethodName:               true,
+		csi.Node_NodeUnpublishVolume_FullMethodName:             true,
+		csi.Controller_ControllerUnpublishVolume_FullMethodName: true,
 	}
 
 	for _, r := range typedCalls {
 		for code := codes.Canceled; code <= codes.Unauthenticated; code++ {
+			if code == codes.Unimplemented && r.method == csi.Controller_ControllerGetCapabilities_FullMethodName {
+				continue // no Controller service: no capabilities (TestControllerCapabilities)
+			}
 			t.Run(path.Base(r.method)+"/"+code.String(), func(t *testing.T) {
 				message := "driver says " + code.String()
 				d.SetError(r.method, status.Error(code, message))
@@ -250,6 +268,15 @@ func TestInvalidRequestsNeverSent(t *testing.T) {
 			_, err := c.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1"})
 			return err
 		}},
+		"controller publish without node id": {csi.Controller_ControllerPublishVolume_FullMethodName, func() error {
+			req := controllerPublishRequest()
+			req.NodeId = ""
+			_, err := c.ControllerPublishVolume(ctx, req)
+			return err
+		}},
+		"controller unpublish without volume id": {csi.Controller_ControllerUnpublishVolume_FullMethodName, func() error {
+			return c.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{NodeId: "node-1"})
+		}},
 		"expand without volume id": {csi.Node_NodeExpandVolume_FullMethodName, func() error {
 			_, err := c.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumePath: "/target"})
 			return err
@@ -291,7 +318,7 @@ func TestTimeout(t *testing.T) {
 	defer cancel()
 	err := c.NodeStageVolume(ctx, stageRequest())
 
-	if !csiclient.IsUncertain(err) || status.Code(err) != codes.DeadlineExceeded {
+	if !errors.Is(err, csiclient.ErrUncertain) || status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("NodeStageVolume on a hanging driver = %v, want uncertain DeadlineExceeded", err)
 	}
 	if deadline := <-deadlines; deadline.IsZero() || deadline.After(start.Add(timeout+time.Second)) {
@@ -308,7 +335,7 @@ func TestCallerDeadlineWins(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	err := c.NodePublishVolume(ctx, publishRequest())
-	if !csiclient.IsUncertain(err) || status.Code(err) != codes.DeadlineExceeded {
+	if !errors.Is(err, csiclient.ErrUncertain) || status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("NodePublishVolume with a short caller deadline = %v, want uncertain DeadlineExceeded", err)
 	}
 }
@@ -326,7 +353,7 @@ func TestCallerCancel(t *testing.T) {
 		cancel()
 	}()
 	err := c.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: "/staging"})
-	if !csiclient.IsUncertain(err) || status.Code(err) != codes.Canceled {
+	if !errors.Is(err, csiclient.ErrUncertain) || status.Code(err) != codes.Canceled {
 		t.Fatalf("cancelled NodeUnstageVolume = %v, want uncertain Canceled", err)
 	}
 }
@@ -368,27 +395,18 @@ func TestPassThroughClients(t *testing.T) {
 	}
 }
 
-// TestWaitForReady checks that WaitForReady returns once the driver reports
-// ready and keeps probing while it reports not ready.
-func TestWaitForReady(t *testing.T) {
+// TestControllerCapabilities checks the answer of ControllerCapabilities for
+// a driver that advertises capabilities and for one without a Controller
+// service, which has none (not an error).
+func TestControllerCapabilities(t *testing.T) {
 	d, c := startDriver(t)
-	notReady := make(chan struct{}, 1)
-	d.SetHandler(csi.Identity_Probe_FullMethodName, func(context.Context, proto.Message) (proto.Message, error) {
-		select {
-		case notReady <- struct{}{}:
-			// First probe: not ready yet.
-			return &csi.ProbeResponse{Ready: wrapperspb.Bool(false)}, nil
-		default:
-			return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
-		}
-	})
-
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := c.WaitForReady(ctx); err != nil {
-		t.Fatalf("WaitForReady: %v", err)
+	caps, err := c.ControllerCapabilities(t.Context())
+	if err != nil || !caps.PublishUnpublish() || caps.SingleNodeMultiWriter() {
+		t.Errorf("ControllerCapabilities = %v, %v; want PUBLISH_UNPUBLISH_VOLUME only", caps, err)
 	}
-	if got := d.CallCount(csi.Identity_Probe_FullMethodName); got != 2 {
-		t.Errorf("driver probed %d times, want 2 (not ready, then ready)", got)
+	d.SetError(csi.Controller_ControllerGetCapabilities_FullMethodName, status.Error(codes.Unimplemented, "no controller"))
+	caps, err = c.ControllerCapabilities(t.Context())
+	if err != nil || caps.PublishUnpublish() {
+		t.Errorf("ControllerCapabilities of a driver without a Controller service = %v, %v; want none and no error", caps, err)
 	}
 }

@@ -125,7 +125,7 @@ func TestNodeCapabilitiesErrorNotCached(t *testing.T) {
 	d.SetNodeCapabilities(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
 	d.SetError(csi.Node_NodeGetCapabilities_FullMethodName, status.Error(codes.Unavailable, "starting"))
 
-	if _, err := c.NodeCapabilities(t.Context()); !csiclient.IsUncertain(err) {
+	if _, err := c.NodeCapabilities(t.Context()); !errors.Is(err, csiclient.ErrUncertain) {
 		t.Fatalf("NodeCapabilities from a starting driver = %v, want uncertain", err)
 	}
 	d.SetError(csi.Node_NodeGetCapabilities_FullMethodName, nil)
@@ -153,7 +153,7 @@ func TestDriverRestart(t *testing.T) {
 
 	oldServer.Stop()
 	waitForConnection(t, c, "lost", lost)
-	if err := c.NodeStageVolume(ctx, stageRequest()); !csiclient.IsUncertain(err) || status.Code(err) != codes.Unavailable {
+	if err := c.NodeStageVolume(ctx, stageRequest()); !errors.Is(err, csiclient.ErrUncertain) || status.Code(err) != codes.Unavailable {
 		t.Errorf("NodeStageVolume without a driver = %v, want uncertain Unavailable", err)
 	}
 
@@ -224,7 +224,7 @@ func TestClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := c.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: "/target"}); !csiclient.IsUncertain(err) {
+	if err := c.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: "/target"}); !errors.Is(err, csiclient.ErrUncertain) {
 		t.Errorf("NodeUnpublishVolume after Close = %v, want uncertain", err)
 	}
 	if got := d.CallCount(csi.Node_NodeUnpublishVolume_FullMethodName); got != 0 {

@@ -22,7 +22,7 @@ var (
 	ErrUncertain = errors.New("uncertain")
 
 	// ErrAlreadyDone means a teardown call (NodeUnpublishVolume,
-	// NodeUnstageVolume) was answered with NotFound: the volume is already
+	// NodeUnstageVolume, ControllerUnpublishVolume) was answered with NotFound: the volume is already
 	// gone from the target, so the step can be treated as successful.
 	ErrAlreadyDone = errors.New("already done")
 )
@@ -75,9 +75,6 @@ func (e *RPCError) Code() codes.Code { return status.Code(e.Err) }
 // IsFinal reports whether err is a final CSI error (see ErrFinal).
 func IsFinal(err error) bool { return errors.Is(err, ErrFinal) }
 
-// IsUncertain reports whether err is an uncertain CSI error (see ErrUncertain).
-func IsUncertain(err error) bool { return errors.Is(err, ErrUncertain) }
-
 // IsAlreadyDone reports whether err means a teardown step already happened
 // (see ErrAlreadyDone).
 func IsAlreadyDone(err error) bool { return errors.Is(err, ErrAlreadyDone) }
@@ -92,7 +89,9 @@ func IsAlreadyDone(err error) bool { return errors.Is(err, ErrAlreadyDone) }
 //     or the connection broke): uncertain;
 //   - Canceled, DeadlineExceeded, Unavailable, ResourceExhausted, Aborted:
 //     uncertain, the step may still be in progress;
-//   - NotFound from NodeUnpublishVolume or NodeUnstageVolume: already done;
+//   - NotFound from NodeUnpublishVolume, NodeUnstageVolume or
+//     ControllerUnpublishVolume: already done (for the last, as the
+//     external-attacher treats it: the volume or the node is gone);
 //   - every other code (InvalidArgument, NotFound, AlreadyExists,
 //     FailedPrecondition, OutOfRange, PermissionDenied, Unauthenticated,
 //     Unimplemented, Internal, DataLoss, Unknown): final.
@@ -120,7 +119,7 @@ func classOf(method string, err error) error {
 		codes.Aborted:           // CSI: an operation is already pending for this volume
 		return ErrUncertain
 	case codes.NotFound:
-		if method == methodNodeUnpublishVolume || method == methodNodeUnstageVolume {
+		if method == methodNodeUnpublishVolume || method == methodNodeUnstageVolume || method == methodControllerUnpublishVolume {
 			return ErrAlreadyDone
 		}
 	}

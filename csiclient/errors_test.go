@@ -13,7 +13,7 @@ func TestClassifyNonGRPCErrorIsUncertain(t *testing.T) {
 	cause := errors.New("connection reset by peer")
 	err := Classify("d.csi.test", methodNodeStageVolume, cause)
 
-	if !IsUncertain(err) || IsFinal(err) || IsAlreadyDone(err) {
+	if !errors.Is(err, ErrUncertain) || IsFinal(err) || IsAlreadyDone(err) {
 		t.Fatalf("Classify(non-gRPC error) = %v, want only uncertain", err)
 	}
 	if !errors.Is(err, cause) {

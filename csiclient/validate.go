@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ValidateRequest checks that a node request carries the fields the CSI
+// ValidateRequest checks that a node or controller request carries the fields the CSI
 // spec marks REQUIRED, so a malformed request is refused before it reaches
 // the driver (which would answer InvalidArgument anyway). It returns nil or
 // an InvalidArgument status error whose message starts with "csiclient:";
@@ -63,6 +63,24 @@ func ValidateRequest(req any) error {
 			missing = "volume_id"
 		case r.GetVolumePath() == "":
 			missing = "volume_path"
+		}
+	case *csi.ControllerPublishVolumeRequest:
+		switch {
+		case r == nil:
+			missing = "request"
+		case r.GetVolumeId() == "":
+			missing = "volume_id"
+		case r.GetNodeId() == "":
+			missing = "node_id"
+		case r.GetVolumeCapability() == nil:
+			missing = "volume_capability"
+		}
+	case *csi.ControllerUnpublishVolumeRequest:
+		switch {
+		case r == nil:
+			missing = "request"
+		case r.GetVolumeId() == "":
+			missing = "volume_id"
 		}
 	case *csi.NodeExpandVolumeRequest:
 		switch {

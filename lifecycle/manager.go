@@ -14,8 +14,6 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
-	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
@@ -28,21 +26,33 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
-// Drivers is what the lifecycle needs of the driver registry;
-// *registry.Registry implements it.
+// Drivers is the lifecycle's view of the CSI drivers registered on the
+// node. The lifecycle never sees how drivers are found; the wiring adapts
+// the driver registry to this.
 type Drivers interface {
-	// Client returns a registered driver's connection.
+	// Client returns a registered driver's connection, false when the
+	// driver is not registered.
 	Client(name string) (*csiclient.Client, bool)
-	// Driver returns a registered driver's registration (node ID, ...).
-	Driver(name string) (registry.Driver, bool)
-	// Subscribe registers an observer of registrations.
-	Subscribe(fn func(registry.Event))
+	// NodeID returns the node ID a registered driver reported in
+	// NodeGetInfo, false when the driver is not registered.
+	NodeID(name string) (string, bool)
+	// OnRegistered subscribes fn to every registration of a driver,
+	// re-registrations (a new connection) included. fn must not block.
+	OnRegistered(fn func(driver string))
 }
 
-// Policies gives drivers' CSIDriver policies; *policy.Store implements it.
+// Policies gives drivers' CSIDriver policies (volume.PolicyFromCSIDriver
+// of each driver's object); the wiring adapts the driver layer's CSIDriver
+// cache to this, standalone mode reads the manifests.
 type Policies interface {
-	Get(driverName string) policy.Policy
+	// Get returns the named driver's policy, the kubelet's defaults when
+	// it has no CSIDriver object.
+	Get(driverName string) volume.Policy
+	// OnChange subscribes fn to changes of a driver's policy; fn must not
+	// block.
 	OnChange(fn func(driverName string))
+	// HasSynced tells whether Get answers from the complete set of
+	// CSIDriver objects.
 	HasSynced() bool
 }
 
@@ -61,7 +71,7 @@ type Config struct {
 	NodeName string
 	// RootDir is the agent's root directory (kubelet layout below it).
 	RootDir string
-	// Drivers and Policies come from the driver layer.
+	// Drivers and Policies are the driver layer, as the lifecycle sees it.
 	Drivers  Drivers
 	Policies Policies
 	// Registerer receives the lifecycle metrics; nil registers nothing.
@@ -85,44 +95,121 @@ type Config struct {
 	Reconciler reconciler.Config
 }
 
-// Manager runs the lifecycle of one node.
-type Manager struct {
-	cfg    Config
-	layout paths.Layout
-	world  *asw.World
-	desire *dsw.Store
-
-	// ready is set once reconstruction is done and the desired state synced.
-	ready atomic.Bool
-	// synced is closed at the same moment.
-	synced chan struct{}
-	// operations hands Run's operations to the front endpoint (Operations).
-	operations operationsHandle
-}
-
-// New validates cfg and returns a Manager; Run starts it.
-func New(cfg Config) (*Manager, error) {
+func (c *Config) validate() error {
 	var errs []error
-	if (cfg.Client == nil) == (cfg.Standalone == nil) {
+	if (c.Client == nil) == (c.Standalone == nil) {
 		errs = append(errs, errors.New("exactly one of client and standalone source is required"))
 	}
-	if cfg.CompletePodDeletion && (cfg.Client == nil || !cfg.RemoveTerminatingPods) {
+	if c.CompletePodDeletion && (c.Client == nil || !c.RemoveTerminatingPods) {
 		errs = append(errs, errors.New("completing pod deletion needs a client and RemoveTerminatingPods"))
 	}
-	if cfg.NodeName == "" {
+	if c.NodeName == "" {
 		errs = append(errs, errors.New("node name is required"))
 	}
-	if cfg.Drivers == nil || cfg.Policies == nil {
+	if c.Drivers == nil || c.Policies == nil {
 		errs = append(errs, errors.New("drivers and policies are required"))
 	}
-	layout, err := paths.New(cfg.RootDir)
-	if err != nil {
-		errs = append(errs, err)
+	if c.Registerer == nil {
+		// Nobody gathers this registry: the metrics are recorded and dropped.
+		c.Registerer = prometheus.NewRegistry()
 	}
-	if err := errors.Join(errs...); err != nil {
+	return errors.Join(errs...)
+}
+
+// Manager runs the volume lifecycle of one node. New builds every part in
+// dependency order (the mode's inputs, the populator, the operations, the
+// reconciler) and connects them; Run rebuilds the actual state from disk and
+// then runs them.
+type Manager struct {
+	cfg     Config
+	layout  paths.Layout
+	mounter mount.Interface
+	world   *asw.World
+	desire  *dsw.Store
+	mode    mode
+	pop     *populator.Populator
+	ops     *operations.Operations
+	rec     *reconciler.Reconciler
+
+	// reconstructed is closed once Run has rebuilt the actual state;
+	// reconstruction is set before.
+	reconstructed  chan struct{}
+	reconstruction reconstruct.Result
+	// ready is set once reconstruction is done and the desired state
+	// synced; synced is closed at the same moment.
+	ready  atomic.Bool
+	synced chan struct{}
+}
+
+// New validates cfg and builds a Manager; Run starts it. ctx carries the
+// logger of the parts that log while being built.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	err := cfg.validate()
+	layout, layoutErr := paths.New(cfg.RootDir)
+	if err := errors.Join(err, layoutErr); err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
-	return &Manager{cfg: cfg, layout: layout, world: asw.New(asw.Options{}), desire: dsw.New(), synced: make(chan struct{})}, nil
+	m := &Manager{
+		cfg:           cfg,
+		layout:        layout,
+		mounter:       mount.New(""),
+		world:         asw.New(asw.Options{}),
+		desire:        dsw.New(),
+		reconstructed: make(chan struct{}),
+		synced:        make(chan struct{}),
+	}
+	met, err := metrics.New(metrics.Config{Registerer: cfg.Registerer, Volumes: m.volumeCounts})
+	if err != nil {
+		return nil, err
+	}
+	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
+	if cfg.Standalone != nil {
+		m.mode, err = newStandaloneMode(ctx, m)
+	} else {
+		m.mode, err = newClusterMode(ctx, m, queues)
+	}
+	if err != nil {
+		return nil, err
+	}
+	in := m.mode.inputs()
+	if m.pop, err = populator.New(populator.Config{
+		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
+		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
+	}); err != nil {
+		return nil, errors.Join(err, m.mode.close())
+	}
+	if m.ops, err = operations.New(operations.Config{
+		RootDir: layout.Root(), NodeName: cfg.NodeName,
+		Drivers:     operations.ClientLookup(cfg.Drivers.Client),
+		Policies:    cfg.Policies,
+		Attachments: in.attachments,
+		State:       m.world,
+		Secrets:     in.secrets,
+		Tokens:      in.tokens,
+		Mounts:      m.mounter,
+		Observer:    met,
+	}); err != nil {
+		return nil, errors.Join(err, m.mode.close())
+	}
+	rcfg := cfg.Reconciler
+	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
+	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
+	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
+	rcfg.Ready = met
+	if cfg.Reconciler.Ready != nil {
+		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}
+	}
+	rcfg.MetricsProvider = met.WorkqueueProvider()
+	if cfg.ResyncPeriod != 0 {
+		rcfg.ResyncPeriod = cfg.ResyncPeriod
+	}
+	if m.rec, err = reconciler.New(rcfg); err != nil {
+		return nil, errors.Join(err, m.mode.close())
+	}
+	m.desire.Subscribe(m.rec.DesiredStateHandler())
+	cfg.Policies.OnChange(m.rec.PolicyChanged)
+	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
+	return m, nil
 }
 
 // Ready reports whether the actual state was reconstructed and the desired
@@ -132,105 +219,57 @@ func (m *Manager) Ready() bool { return m.ready.Load() }
 // Snapshot returns every volume the agent holds, for the status API.
 func (m *Manager) Snapshot() []asw.VolumeStatus { return m.world.Snapshot() }
 
-// Run reconstructs the actual state, then runs the sources, the populator,
-// the reconciler and the outputs until ctx ends. It never tears anything
-// down on its way out.
+// Reconstructed is closed once Run has rebuilt the actual state from disk.
+func (m *Manager) Reconstructed() <-chan struct{} { return m.reconstructed }
+
+// Reconstruction returns what Run found on disk at start; it is complete
+// once Reconstructed is closed.
+func (m *Manager) Reconstruction() reconstruct.Result {
+	select {
+	case <-m.reconstructed:
+		return m.reconstruction
+	default:
+		return reconstruct.Result{}
+	}
+}
+
+// Operations returns the operations the reconciler runs: the front
+// endpoint runs a container orchestrator's steps through them, with the
+// same code, locks, actual state and records. Serve them only once
+// Reconstructed is closed.
+func (m *Manager) Operations() *operations.Operations { return m.ops }
+
+// Run reconstructs the actual state, then runs the mode's inputs, the
+// populator, the reconciler and the outputs until ctx ends. It never tears
+// anything down on its way out. Call it once.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	mounter := mount.New("")
-	if _, err := reconstruct.Run(ctx, m.layout, mounter, m.world); err != nil {
-		return fmt.Errorf("reconstruct actual state: %w", err)
-	}
-
-	registerer := m.cfg.Registerer
-	if registerer == nil {
-		// Nobody gathers this registry: the metrics are recorded and dropped.
-		registerer = prometheus.NewRegistry()
-	}
-	met, err := metrics.New(metrics.Config{Registerer: registerer, Volumes: m.volumeCounts})
+	res, err := reconstruct.Run(ctx, m.layout, m.mounter, m.world)
 	if err != nil {
-		return err
+		return errors.Join(fmt.Errorf("reconstruct actual state: %w", err), m.mode.close())
 	}
-	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
-	var in inputs
-	if m.cfg.Standalone != nil {
-		in, err = m.standaloneInputs(ctx)
-	} else {
-		in, err = m.clusterInputs(ctx, queues)
-	}
-	if err != nil {
-		return err
-	}
-	defer in.shutdown()
-	pop, err := populator.New(populator.Config{
-		Source: in.source, DesiredState: m.desire, Policies: m.cfg.Policies,
-		NodeName: m.cfg.NodeName, RemoveTerminatingPods: m.cfg.RemoveTerminatingPods,
-	})
-	if err != nil {
-		return err
-	}
-	ops, err := operations.New(operations.Config{
-		RootDir: m.layout.Root(), NodeName: m.cfg.NodeName,
-		Drivers:     operations.ClientLookup(m.cfg.Drivers.Client),
-		Policies:    m.cfg.Policies,
-		Attachments: in.attachments,
-		State:       m.world,
-		Secrets:     in.secrets,
-		Tokens:      in.tokens,
-		Mounts:      mounter,
-		Observer:    met,
-	})
-	if err != nil {
-		return err
-	}
-	m.operations.set(ops)
-	rcfg := m.cfg.Reconciler
-	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, in.wrap(ops)
-	rcfg.Policies, rcfg.Drivers, rcfg.Synced = m.cfg.Policies, registered{m.cfg.Drivers}, pop.Synced()
-	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
-	rcfg.Ready = met
-	if m.cfg.Reconciler.Ready != nil {
-		rcfg.Ready = readyObservers{met, m.cfg.Reconciler.Ready}
-	}
-	rcfg.MetricsProvider = met.WorkqueueProvider()
-	if m.cfg.ResyncPeriod != 0 {
-		rcfg.ResyncPeriod = m.cfg.ResyncPeriod
-	}
-	rec, err := reconciler.New(rcfg)
-	if err != nil {
-		return err
-	}
-	m.desire.Subscribe(rec.DesiredStateHandler())
-	in.connect(rec)
-	m.cfg.Policies.OnChange(rec.PolicyChanged)
-	m.cfg.Drivers.Subscribe(func(ev registry.Event) {
-		if ev.Type == registry.Registered {
-			rec.DriverRegistered(ev.Driver)
-			in.driverRegistered(ev.Driver)
-		}
-	})
+	m.reconstruction = res
+	close(m.reconstructed)
 
 	var wg sync.WaitGroup
-	for _, run := range in.run {
-		wg.Go(func() { run(ctx) })
-	}
+	wg.Go(func() { m.mode.run(ctx, m.rec) })
 	wg.Go(func() {
-		if err := pop.Run(ctx); err != nil && ctx.Err() == nil {
+		if err := m.pop.Run(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Populator stopped")
 		}
 	})
-	wg.Go(func() { rec.Run(ctx) })
+	wg.Go(func() { m.rec.Run(ctx) })
 	wg.Go(func() {
 		select {
 		case <-ctx.Done():
-		case <-pop.Synced():
+		case <-m.pop.Synced():
 			m.ready.Store(true)
 			close(m.synced)
 			logger.Info("Volume lifecycle ready: actual state reconstructed, desired state synced")
 		}
 	})
 	wg.Wait()
-	return nil
+	return m.mode.close()
 }
 
 func (m *Manager) volumeCounts() metrics.VolumeCounts {
@@ -242,7 +281,17 @@ func (m *Manager) volumeCounts() metrics.VolumeCounts {
 	return metrics.VolumeCounts{Desired: desired, Actual: actual}
 }
 
-// registered adapts the registry to the reconciler's Drivers.
+// volumeInUse says whether a volume is wanted by a pod or held on the node
+// (possibly staged): such a volume must stay attached.
+func (m *Manager) volumeInUse(name volume.Name) bool {
+	if m.desire.IsVolumeWanted(name) {
+		return true
+	}
+	_, held := m.world.Volume(name)
+	return held
+}
+
+// registered adapts Drivers to the reconciler's.
 type registered struct{ drivers Drivers }
 
 func (r registered) Registered(name string) bool {

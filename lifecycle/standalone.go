@@ -8,11 +8,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/localattach"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // StandaloneSource is where a node without an API server finds its pods,
@@ -29,10 +29,18 @@ type StandaloneSource interface {
 
 var _ StandaloneSource = &manifests.Source{}
 
-// standaloneInputs are the inputs of a node without an API server: pods and
-// objects from the standalone source, volumes attached by the agent itself
+// standaloneMode serves a node without an API server: pods and objects
+// from the standalone source, volumes attached by the agent itself
 // (localattach, wrapped around the operations), and status in the logs.
-func (m *Manager) standaloneInputs(ctx context.Context) (inputs, error) {
+type standaloneMode struct {
+	src     StandaloneSource
+	att     *localattach.Attacher
+	drivers Drivers
+	events  *status.Events
+	in      inputs
+}
+
+func newStandaloneMode(ctx context.Context, m *Manager) (*standaloneMode, error) {
 	src := m.cfg.Standalone
 	att, err := localattach.New(localattach.Config{
 		RootDir: m.layout.Root(), NodeName: m.cfg.NodeName,
@@ -41,44 +49,49 @@ func (m *Manager) standaloneInputs(ctx context.Context) (inputs, error) {
 		RetryBaseDelay: m.cfg.Reconciler.RetryBaseDelay, RetryMaxDelay: m.cfg.Reconciler.RetryMaxDelay,
 	})
 	if err != nil {
-		return inputs{}, err
+		return nil, err
 	}
 	// Without a client, Events are only logged (at V(4)).
 	events, err := status.NewEvents(ctx, status.EventsConfig{NodeName: m.cfg.NodeName})
 	if err != nil {
-		return inputs{}, err
+		return nil, err
 	}
 	logger := klog.FromContext(ctx)
-	return inputs{
-		source:      src,
-		attachments: att,
-		secrets:     src,
-		status:      &logStatus{logger: logger.WithName("status"), last: map[types.UID]status.PodVolumesStatus{}},
-		events:      events,
-		wrapOps: func(ops reconciler.Operations) reconciler.Operations {
-			return att.Wrap(ops)
+	return &standaloneMode{
+		src: src, att: att, drivers: m.cfg.Drivers, events: events,
+		in: inputs{
+			source:      src,
+			attachments: att,
+			secrets:     src,
+			status:      &logStatus{logger: logger.WithName("status"), last: map[types.UID]status.PodVolumesStatus{}},
+			events:      events,
 		},
-		onDriver: att.DriverRegistered,
-		run: []func(context.Context){
-			func(ctx context.Context) {
-				if err := src.Run(ctx); err != nil {
-					logger.Error(err, "Standalone source stopped")
-				}
-			},
-			att.Run,
-		},
-		stop: []func(){events.Shutdown},
 	}, nil
 }
 
-// volumeInUse says whether a volume is wanted by a pod or held on the node
-// (possibly staged): such a volume must stay attached.
-func (m *Manager) volumeInUse(name volume.Name) bool {
-	if m.desire.IsVolumeWanted(name) {
-		return true
-	}
-	_, held := m.world.Volume(name)
-	return held
+func (s *standaloneMode) inputs() inputs { return s.in }
+
+// steps attaches volumes before WaitForAttach and releases them for detach
+// after Unstage.
+func (s *standaloneMode) steps(ops *operations.Operations) reconciler.Operations {
+	return s.att.Wrap(ops)
+}
+
+func (s *standaloneMode) run(ctx context.Context, _ *reconciler.Reconciler) {
+	s.drivers.OnRegistered(s.att.DriverRegistered)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.src.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Standalone source stopped")
+		}
+	})
+	wg.Go(func() { s.att.Run(ctx) })
+	wg.Wait()
+}
+
+func (s *standaloneMode) close() error {
+	s.events.Shutdown()
+	return nil
 }
 
 // logStatus is the StatusWriter of standalone mode: it logs a pod's

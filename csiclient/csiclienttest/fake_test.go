@@ -46,7 +46,7 @@ func TestFakeClassifiesScriptedErrors(t *testing.T) {
 
 	f.NextNodeStageVolumeErr = status.Error(codes.DeadlineExceeded, "slow")
 	err := f.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: "/s", VolumeCapability: mountCap})
-	if !csiclient.IsUncertain(err) || status.Code(err) != codes.DeadlineExceeded {
+	if !errors.Is(err, csiclient.ErrUncertain) || status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("NodeStageVolume = %v, want uncertain DeadlineExceeded", err)
 	}
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,9 +20,67 @@ import (
 // arrive; it is a deadline, not a delay.
 const eventTimeout = 30 * time.Second
 
+// testPolicy is the interpretation the tests give the Store: a few fields
+// of the CSIDriver spec, with the kubelet's defaults for a missing object.
+type testPolicy struct {
+	AttachRequired, PodInfoOnMount, RequiresRepublish, SELinuxMount bool
+	FSGroupPolicy                                                   storagev1.FSGroupPolicy
+	Persistent, Ephemeral                                           bool
+	Audience                                                        string
+}
+
+func interpret(d *storagev1.CSIDriver) testPolicy {
+	p := testPolicy{AttachRequired: true, FSGroupPolicy: storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy, Persistent: true}
+	if d == nil {
+		return p
+	}
+	if v := d.Spec.AttachRequired; v != nil {
+		p.AttachRequired = *v
+	}
+	if v := d.Spec.PodInfoOnMount; v != nil {
+		p.PodInfoOnMount = *v
+	}
+	if v := d.Spec.RequiresRepublish; v != nil {
+		p.RequiresRepublish = *v
+	}
+	if v := d.Spec.SELinuxMount; v != nil {
+		p.SELinuxMount = *v
+	}
+	if v := d.Spec.FSGroupPolicy; v != nil && *v != "" {
+		p.FSGroupPolicy = *v
+	}
+	if modes := d.Spec.VolumeLifecycleModes; len(modes) > 0 {
+		p.Persistent = slices.Contains(modes, storagev1.VolumeLifecyclePersistent)
+		p.Ephemeral = slices.Contains(modes, storagev1.VolumeLifecycleEphemeral)
+	}
+	if len(d.Spec.TokenRequests) > 0 {
+		p.Audience = d.Spec.TokenRequests[0].Audience
+	}
+	return p
+}
+
+func equal(a, b testPolicy) bool { return a == b }
+
+func newStore(ctx context.Context, t *testing.T, factory informers.SharedInformerFactory) *Store[testPolicy] {
+	t.Helper()
+	store, err := New(ctx, factory.Storage().V1().CSIDrivers(), interpret, equal)
+	if err != nil {
+		t.Fatalf("New() error: %v", err)
+	}
+	return store
+}
+
+func csiDriver(name string, mutate func(*storagev1.CSIDriverSpec)) *storagev1.CSIDriver {
+	d := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"}}
+	if mutate != nil {
+		mutate(&d.Spec)
+	}
+	return d
+}
+
 // subscribe registers a subscriber on s that forwards driver names to the
 // returned channel.
-func subscribe(s *Store) <-chan string {
+func subscribe(s *Store[testPolicy]) <-chan string {
 	ch := make(chan string, 100)
 	s.OnChange(func(driverName string) { ch <- driverName })
 	return ch
@@ -49,7 +108,7 @@ func assertNoPendingChange(t *testing.T, ch <-chan string) {
 
 // startAndSync starts factory, stops it when t ends and waits until store
 // has synced.
-func startAndSync(ctx context.Context, t *testing.T, factory informers.SharedInformerFactory, store *Store) {
+func startAndSync(ctx context.Context, t *testing.T, factory informers.SharedInformerFactory, store *Store[testPolicy]) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(func() {
@@ -69,10 +128,7 @@ func TestStoreWithInformer(t *testing.T) {
 		csiDriver("plain.csi.example.com", nil),
 	)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	store, err := New(ctx, factory.Storage().V1().CSIDrivers())
-	if err != nil {
-		t.Fatalf("New() error: %v", err)
-	}
+	store := newStore(ctx, t, factory)
 	changes := subscribe(store)
 	if store.HasSynced() {
 		t.Fatal("HasSynced() = true before the informer started")
@@ -89,10 +145,10 @@ func TestStoreWithInformer(t *testing.T) {
 	if got := store.Get("seeded.csi.example.com"); got.AttachRequired {
 		t.Errorf("Get(seeded).AttachRequired = true, want false from the CSIDriver object")
 	}
-	if diff := cmp.Diff(Default(), store.Get("plain.csi.example.com")); diff != "" {
+	if diff := cmp.Diff(interpret(nil), store.Get("plain.csi.example.com")); diff != "" {
 		t.Errorf("Get(plain) is not the default policy (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(Default(), store.Get("absent.csi.example.com")); diff != "" {
+	if diff := cmp.Diff(interpret(nil), store.Get("absent.csi.example.com")); diff != "" {
 		t.Errorf("Get(absent) is not the default policy (-want +got):\n%s", diff)
 	}
 
@@ -110,8 +166,7 @@ func TestStoreWithInformer(t *testing.T) {
 		t.Fatalf("OnChange for %q after create, want new.csi.example.com", got)
 	}
 	p := store.Get("new.csi.example.com")
-	if !p.PodInfoOnMount || !p.SupportsLifecycleMode(storagev1.VolumeLifecycleEphemeral) ||
-		p.SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent) {
+	if !p.PodInfoOnMount || !p.Ephemeral || p.Persistent {
 		t.Errorf("Get(new) = %+v, want podInfoOnMount and Ephemeral only", p)
 	}
 
@@ -152,35 +207,6 @@ func TestStoreWithInformer(t *testing.T) {
 	}
 }
 
-func TestStoreGetReturnsCopies(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	client := fake.NewClientset(csiDriver("tokens.csi.example.com", func(s *storagev1.CSIDriverSpec) {
-		s.TokenRequests = []storagev1.TokenRequest{{Audience: "vault"}}
-	}))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	store, err := New(ctx, factory.Storage().V1().CSIDrivers())
-	if err != nil {
-		t.Fatalf("New() error: %v", err)
-	}
-	startAndSync(ctx, t, factory, store)
-
-	first := store.Get("tokens.csi.example.com")
-	first.TokenRequests[0].Audience = "mutated"
-	first.VolumeLifecycleModes[0] = storagev1.VolumeLifecycleEphemeral
-
-	second := store.Get("tokens.csi.example.com")
-	if second.TokenRequests[0].Audience != "vault" || !second.SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent) {
-		t.Errorf("a caller's change to a returned Policy leaked into the store: %+v", second)
-	}
-	cached, err := factory.Storage().V1().CSIDrivers().Lister().Get("tokens.csi.example.com")
-	if err != nil {
-		t.Fatalf("lister Get: %v", err)
-	}
-	if cached.Spec.TokenRequests[0].Audience != "vault" {
-		t.Errorf("a caller's change to a returned Policy mutated the cached object")
-	}
-}
-
 // TestStoreEventHandlers drives the handlers directly, as sample-controller's
 // tests do, to cover events that a fake informer cannot produce on demand.
 func TestStoreEventHandlers(t *testing.T) {
@@ -191,38 +217,38 @@ func TestStoreEventHandlers(t *testing.T) {
 	customChanged.Spec.SELinuxMount = ptr.To(true)
 
 	tests := map[string]struct {
-		event func(s *Store)
+		event func(s *Store[testPolicy])
 		want  []string
 	}{
 		"add with defaults only": {
-			event: func(s *Store) { s.onAdd(plain) },
+			event: func(s *Store[testPolicy]) { s.onAdd(plain) },
 		},
 		"add with custom policy": {
-			event: func(s *Store) { s.onAdd(custom) },
+			event: func(s *Store[testPolicy]) { s.onAdd(custom) },
 			want:  []string{"custom.csi.example.com"},
 		},
 		"resync echo with the same resourceVersion": {
-			event: func(s *Store) { s.onUpdate(custom, custom.DeepCopy()) },
+			event: func(s *Store[testPolicy]) { s.onUpdate(custom, custom.DeepCopy()) },
 		},
 		"update changing the policy": {
-			event: func(s *Store) { s.onUpdate(custom, customChanged) },
+			event: func(s *Store[testPolicy]) { s.onUpdate(custom, customChanged) },
 			want:  []string{"custom.csi.example.com"},
 		},
 		"delete": {
-			event: func(s *Store) { s.onDelete(custom) },
+			event: func(s *Store[testPolicy]) { s.onDelete(custom) },
 			want:  []string{"custom.csi.example.com"},
 		},
 		"delete through a tombstone": {
-			event: func(s *Store) {
+			event: func(s *Store[testPolicy]) {
 				s.onDelete(cache.DeletedFinalStateUnknown{Key: custom.Name, Obj: custom})
 			},
 			want: []string{"custom.csi.example.com"},
 		},
 		"delete of a default object": {
-			event: func(s *Store) { s.onDelete(cache.DeletedFinalStateUnknown{Key: plain.Name, Obj: plain}) },
+			event: func(s *Store[testPolicy]) { s.onDelete(cache.DeletedFinalStateUnknown{Key: plain.Name, Obj: plain}) },
 		},
 		"unexpected object types are ignored": {
-			event: func(s *Store) {
+			event: func(s *Store[testPolicy]) {
 				s.onAdd("not a CSIDriver")
 				s.onUpdate(custom, 42)
 				s.onDelete(cache.DeletedFinalStateUnknown{Key: "x", Obj: "not a CSIDriver"})
@@ -233,10 +259,7 @@ func TestStoreEventHandlers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-			store, err := New(ctx, factory.Storage().V1().CSIDrivers())
-			if err != nil {
-				t.Fatalf("New() error: %v", err)
-			}
+			store := newStore(ctx, t, factory)
 			var got, got2 []string
 			store.OnChange(func(name string) { got = append(got, name) })
 			store.OnChange(func(name string) { got2 = append(got2, name) })

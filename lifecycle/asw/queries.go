@@ -16,7 +16,7 @@ import (
 type Volume struct {
 	// Name is the volume's name.
 	Name volume.Name
-	VolumeID
+	volume.ID
 	// Attached says the VolumeAttachment was found attached (or the driver
 	// needs none); PublishContext is its attachmentMetadata.
 	Attached       bool
@@ -59,7 +59,7 @@ type VolumeStatus struct {
 func (v *volumeEntry) copy(name volume.Name) Volume {
 	return Volume{
 		Name:           name,
-		VolumeID:       v.id,
+		ID:             v.id,
 		Attached:       v.attached,
 		PublishContext: maps.Clone(v.publishContext),
 		Stage:          v.stage,
@@ -111,15 +111,6 @@ func (w *World) Pod(key volume.PodKey) (Pod, bool) {
 	return p.copy(key), true
 }
 
-// IsPublished says whether pod's use of the volume is ready: its publish is
-// Published. An uncertain publish is not ready (reference §1.8).
-func (w *World) IsPublished(key volume.PodKey) bool {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	p, ok := w.byPod[key.Pod][key.Volume]
-	return ok && p.state == volume.Published
-}
-
 // PodVolumes returns every entry of one pod, in any state, sorted by
 // volume name: what must be torn down when the pod goes. Its cost is
 // proportional to the pod's volumes.
@@ -164,8 +155,9 @@ func publishers(v *volumeEntry) []types.UID {
 const maxNamed = 5
 
 // MayUnstage is the one rule that decides whether a volume may be unstaged
-// (DESIGN.md "Concurrency", STYLE.md §14). It returns nil when no pod's
-// publish of the volume is present or possibly present, and otherwise an
+// (lifecycle/operations serializes the steps around it). It returns nil
+// when no pod's publish of the volume is present or possibly present, and
+// otherwise an
 // error wrapping volume.ErrInUse that names those pods:
 //
 //   - Published blocks: a pod uses the staged volume.

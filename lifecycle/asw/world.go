@@ -10,19 +10,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
-// VolumeID is what a volume is on its driver. Every update carries it, so
-// whichever update comes first creates a complete entry.
-type VolumeID struct {
-	// Driver is the CSI driver name.
-	Driver string
-	// Handle is the CSI volume_id.
-	Handle string
-	// PVName is the PersistentVolume name; empty for inline volumes.
-	PVName string
-	// AccessType is Filesystem or Block.
-	AccessType volume.AccessType
-}
-
 // Failure is the last error of a step, kept until a later success clears it.
 type Failure struct {
 	// Step is the step that failed.
@@ -82,7 +69,7 @@ type World struct {
 }
 
 type volumeEntry struct {
-	id             VolumeID
+	id             volume.ID
 	attached       bool
 	publishContext map[string]string
 	stage          volume.StageState
@@ -122,7 +109,7 @@ func New(opts Options) *World {
 
 // volume returns the entry of name, creating it with id. An existing
 // entry's id is updated from a non-empty id. mu must be held for writing.
-func (w *World) volume(name volume.Name, id VolumeID) *volumeEntry {
+func (w *World) volume(name volume.Name, id volume.ID) *volumeEntry {
 	v, ok := w.volumes[name]
 	if !ok {
 		v = &volumeEntry{id: id, pods: map[types.UID]*podEntry{}}
@@ -147,7 +134,7 @@ func (w *World) failure(step volume.Step, err error) *Failure {
 // volume is attached with publishContext (copied; nil when the driver needs
 // no attach) and an earlier attach error is cleared; otherwise it is not
 // attached and err is its last error.
-func (w *World) RecordAttach(name volume.Name, id VolumeID, publishContext map[string]string, err error) {
+func (w *World) RecordAttach(name volume.Name, id volume.ID, publishContext map[string]string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v := w.volume(name, id)
@@ -166,7 +153,7 @@ func (w *World) RecordAttach(name volume.Name, id VolumeID, publishContext map[s
 // o.Err clears the volume's last error; reaching Staged also clears the
 // reconstructed mark, since the state is now proven. o.External says who
 // owns the stage from now on; a volume left NotStaged has nothing to own.
-func (w *World) RecordStage(name volume.Name, id VolumeID, o StageOutcome) {
+func (w *World) RecordStage(name volume.Name, id volume.ID, o StageOutcome) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v := w.volume(name, id)
@@ -184,7 +171,7 @@ func (w *World) RecordStage(name volume.Name, id VolumeID, o StageOutcome) {
 // RecordPublish records the outcome of a publish or unpublish step for one
 // pod. A nil o.Err clears the pod's last error; reaching Published also
 // clears the reconstructed mark. o.External says who owns the publish.
-func (w *World) RecordPublish(key volume.PodKey, id VolumeID, o PublishOutcome) {
+func (w *World) RecordPublish(key volume.PodKey, id volume.ID, o PublishOutcome) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pod(key, id)
@@ -201,7 +188,7 @@ func (w *World) RecordPublish(key volume.PodKey, id VolumeID, o PublishOutcome) 
 
 // pod returns the entry of key, creating it (and its volume with id).
 // mu must be held for writing.
-func (w *World) pod(key volume.PodKey, id VolumeID) *podEntry {
+func (w *World) pod(key volume.PodKey, id volume.ID) *podEntry {
 	v := w.volume(key.Volume, id)
 	p, ok := v.pods[key.Pod]
 	if !ok {
@@ -222,7 +209,7 @@ func (w *World) pod(key volume.PodKey, id VolumeID) *podEntry {
 // that a final error does not clear the state and teardown still runs; not
 // known to be attached until the next RecordAttach. An entry that already
 // exists keeps its states.
-func (w *World) AddReconstructedVolume(name volume.Name, id VolumeID, stagingPath string) {
+func (w *World) AddReconstructedVolume(name volume.Name, id volume.ID, stagingPath string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.volumes[name]; ok {
@@ -236,7 +223,7 @@ func (w *World) AddReconstructedVolume(name volume.Name, id VolumeID, stagingPat
 // volume directory): publish uncertain and marked reconstructed. The volume
 // entry is created as by AddReconstructedVolume if missing. An existing pod
 // entry keeps its state.
-func (w *World) AddReconstructedPod(key volume.PodKey, id VolumeID, targetPath string) {
+func (w *World) AddReconstructedPod(key volume.PodKey, id volume.ID, targetPath string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if v, ok := w.volumes[key.Volume]; ok {

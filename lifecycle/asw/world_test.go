@@ -17,7 +17,7 @@ import (
 
 var (
 	vol1 = volume.PersistentName("d.example.com", "h1")
-	id1  = asw.VolumeID{Driver: "d.example.com", Handle: "h1", PVName: "pv-1", AccessType: volume.Filesystem}
+	id1  = volume.ID{Driver: "d.example.com", Handle: "h1", PVName: "pv-1", AccessType: volume.Filesystem}
 	t0   = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 )
 
@@ -25,12 +25,12 @@ func newWorld() *asw.World {
 	return asw.New(asw.Options{Now: func() time.Time { return t0 }})
 }
 
-func staged(w *asw.World, name volume.Name, id asw.VolumeID) {
+func staged(w *asw.World, name volume.Name, id volume.ID) {
 	w.RecordAttach(name, id, map[string]string{"devicePath": "/dev/x"}, nil)
 	w.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: "/s/" + string(name)})
 }
 
-func publish(w *asw.World, key volume.PodKey, id asw.VolumeID, state volume.PublishState) {
+func publish(w *asw.World, key volume.PodKey, id volume.ID, state volume.PublishState) {
 	w.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: state, TargetPath: "/t/" + string(key.Pod)})
 }
 
@@ -72,11 +72,11 @@ func TestLifecycleOfOneVolume(t *testing.T) {
 
 	key := volume.PodKey{Volume: vol1, Pod: "pod-a"}
 	publish(w, key, id1, volume.PublishUncertain)
-	if w.IsPublished(key) {
+	if published(w, key) {
 		t.Error("an uncertain publish counts as ready")
 	}
 	publish(w, key, id1, volume.Published)
-	if !w.IsPublished(key) {
+	if !published(w, key) {
 		t.Error("a published volume is not ready")
 	}
 	if p, ok := w.Pod(key); !ok || p.TargetPath != "/t/pod-a" || p.State != volume.Published {
@@ -164,7 +164,7 @@ func TestReconstructedStatesStayUntilProven(t *testing.T) {
 	if p.State != volume.PublishUncertain || !p.Reconstructed || p.TargetPath != "/t/pod-a" {
 		t.Fatalf("reconstructed pod = %+v", p)
 	}
-	if w.IsPublished(key) || w.MayUnstage(vol1) == nil {
+	if published(w, key) || w.MayUnstage(vol1) == nil {
 		t.Error("a reconstructed publish is ready or does not block unstage")
 	}
 	// A second reconstruction (e.g. from the staged record) keeps what is known.
@@ -186,7 +186,7 @@ func TestReconstructedStatesStayUntilProven(t *testing.T) {
 	}
 
 	other := volume.PersistentName("d", "h2")
-	w.AddReconstructedVolume(other, asw.VolumeID{Driver: "d", Handle: "h2", AccessType: volume.Filesystem}, "/s2")
+	w.AddReconstructedVolume(other, volume.ID{Driver: "d", Handle: "h2", AccessType: volume.Filesystem}, "/s2")
 	if v, _ := w.Volume(other); v.Stage != volume.StageUncertain || !v.Reconstructed || v.StagingPath != "/s2" {
 		t.Errorf("AddReconstructedVolume = %+v", v)
 	}
@@ -195,9 +195,9 @@ func TestReconstructedStatesStayUntilProven(t *testing.T) {
 func TestPodIndexAndInUse(t *testing.T) {
 	w := newWorld()
 	inline := volume.InlineName("pod-a", "scratch")
-	inlineID := asw.VolumeID{Driver: "d", Handle: volume.InlineHandle("pod-a", "scratch"), AccessType: volume.Filesystem}
+	inlineID := volume.ID{Driver: "d", Handle: volume.InlineHandle("pod-a", "scratch"), AccessType: volume.Filesystem}
 	vol2 := volume.PersistentName("d", "h2")
-	id2 := asw.VolumeID{Driver: "d", Handle: "h2", PVName: "pv-2", AccessType: volume.Filesystem}
+	id2 := volume.ID{Driver: "d", Handle: "h2", PVName: "pv-2", AccessType: volume.Filesystem}
 	staged(w, vol1, id1)
 	staged(w, vol2, id2)
 	publish(w, volume.PodKey{Volume: vol1, Pod: "pod-a"}, id1, volume.Published)
@@ -255,14 +255,14 @@ func TestConcurrentUse(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range volumes {
 		name := volume.PersistentName("d", fmt.Sprint(i))
-		id := asw.VolumeID{Driver: "d", Handle: fmt.Sprint(i), AccessType: volume.Filesystem}
+		id := volume.ID{Driver: "d", Handle: fmt.Sprint(i), AccessType: volume.Filesystem}
 		staged(w, name, id)
 		for j := range pods {
 			key := volume.PodKey{Volume: name, Pod: types.UID(fmt.Sprint(j))}
 			wg.Go(func() {
 				for range 20 {
 					publish(w, key, id, volume.Published)
-					_ = w.IsPublished(key)
+					_ = published(w, key)
 					_ = w.MayUnstage(name)
 					_ = w.PodVolumes(key.Pod)
 					_ = w.Snapshot()
@@ -284,4 +284,11 @@ func TestConcurrentUse(t *testing.T) {
 			t.Errorf("volume %s has %d pods, want %d", vs.Name, len(vs.Pods), pods)
 		}
 	}
+}
+
+// published says whether pod's use of the volume is ready: Published, not
+// uncertain.
+func published(w *asw.World, key volume.PodKey) bool {
+	p, ok := w.Pod(key)
+	return ok && p.State == volume.Published
 }

@@ -48,18 +48,6 @@ func (s *Store) Pods() []types.UID {
 	return uids
 }
 
-// PodUses returns the pod's desired uses, sorted by Name; none for an
-// unknown pod or a pod without volumes.
-func (s *Store) PodUses(uid types.UID) []Use {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	pe, ok := s.pods[uid]
-	if !ok {
-		return nil
-	}
-	return sortedUses(pe.uses)
-}
-
 // PodErrors returns why some of the pod's volumes are not in the desired
 // state, sorted by SpecName; none when all resolved or the pod is unknown.
 func (s *Store) PodErrors(uid types.UID) []VolumeError {
@@ -130,23 +118,6 @@ func (s *Store) Volumes() []volume.Name {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// PodKeys returns every desired use's key, sorted by volume then pod: what
-// a periodic resync walks.
-func (s *Store) PodKeys() []volume.PodKey {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var keys []volume.PodKey
-	for name, ve := range s.volumes {
-		for uid := range ve.pods {
-			keys = append(keys, volume.PodKey{Volume: name, Pod: uid})
-		}
-	}
-	slices.SortFunc(keys, func(a, b volume.PodKey) int {
-		return cmp.Or(cmp.Compare(a.Volume, b.Volume), cmp.Compare(a.Pod, b.Pod))
-	})
-	return keys
 }
 
 // Counts returns the sizes of the desired state, for metrics.

@@ -76,10 +76,7 @@ func podInfo(uid string) volume.PodInfo {
 
 func pvSource(driver, handle, pv string) volume.Source {
 	return volume.Source{
-		Driver:      driver,
-		Handle:      handle,
-		PVName:      pv,
-		AccessType:  volume.Filesystem,
+		ID:          volume.ID{Driver: driver, Handle: handle, PVName: pv, AccessType: volume.Filesystem},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Attributes:  map[string]string{"k": "v"},
 	}
@@ -132,8 +129,8 @@ func TestSetPodAndQueries(t *testing.T) {
 	if !s.HasPod("p3") || s.HasPod("p4") {
 		t.Errorf("HasPod(p3), HasPod(p4) = %v, %v; want true, false", s.HasPod("p3"), s.HasPod("p4"))
 	}
-	if got := s.PodUses("p3"); len(got) != 0 {
-		t.Errorf("PodUses(p3) = %v, want none", got)
+	if p3, ok := s.Pod("p3"); !ok || len(p3.Uses) != 0 {
+		t.Errorf("Pod(p3) = %+v, %v; want a pod without uses", p3, ok)
 	}
 	if got := s.VolumePods(nameOf(a)); !slices.Equal(got, []types.UID{"p1", "p2"}) {
 		t.Errorf("VolumePods(a) = %v, want [p1 p2]", got)
@@ -154,9 +151,6 @@ func TestSetPodAndQueries(t *testing.T) {
 	}
 	if errs := s.PodErrors("p1"); len(errs) != 1 || errs[0].Error() != `volume "z": PVC "ns/z" is not bound` {
 		t.Errorf("PodErrors(p1) = %v", errs)
-	}
-	if diff := cmp.Diff([]volume.PodKey{key(a, "p1"), key(a, "p2"), key(b, "p1")}, s.PodKeys()); diff != "" {
-		t.Errorf("PodKeys (-want +got):\n%s", diff)
 	}
 	want := dsw.Counts{Pods: 3, Volumes: 2, PodVolumes: 3, PodVolumesByDriver: map[string]int{"d": 3}}
 	if diff := cmp.Diff(want, s.Counts()); diff != "" {

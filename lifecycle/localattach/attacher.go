@@ -9,8 +9,6 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,18 +202,18 @@ func (a *Attacher) Attach(ctx context.Context, name volume.Name, src volume.Sour
 // controllerPublish calls ControllerPublishVolume when the driver supports
 // it; recorded says whether a record was written (and so a detach is due).
 func (a *Attacher) controllerPublish(ctx context.Context, name volume.Name, src volume.Source, vaName string) (map[string]string, bool, error) {
-	d, ok := a.cfg.Drivers.Driver(src.Driver)
-	if !ok || d.Client == nil {
-		return nil, false, fmt.Errorf("%w: %q", volume.ErrDriverNotRegistered, src.Driver)
-	}
-	caps, err := controllerCapabilities(ctx, d.Client)
+	client, nodeID, err := a.driver(src.Driver)
 	if err != nil {
 		return nil, false, err
 	}
-	if !caps[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
+	caps, err := client.ControllerCapabilities(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("getting the controller capabilities: %w", err)
+	}
+	if !caps.PublishUnpublish() {
 		return nil, false, nil
 	}
-	rec := record{Volume: name, Driver: src.Driver, Handle: src.Handle, NodeID: d.NodeID, PVName: src.PVName}
+	rec := record{Volume: name, Driver: src.Driver, Handle: src.Handle, NodeID: nodeID, PVName: src.PVName}
 	if a.cfg.Volumes != nil && src.PVName != "" {
 		if pv, err := a.cfg.Volumes.PV(src.PVName); err == nil && pv.Spec.CSI != nil {
 			rec.ReadOnly = pv.Spec.CSI.ReadOnly
@@ -228,7 +226,7 @@ func (a *Attacher) controllerPublish(ctx context.Context, name volume.Name, src 
 	if err != nil {
 		return nil, false, err
 	}
-	mode, err := accessmodes.ToCSIAccessMode(src.AccessModes, caps[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER])
+	mode, err := accessmodes.ToCSIAccessMode(src.AccessModes, caps.SingleNodeMultiWriter())
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", volume.ErrInvalidSpec, err)
 	}
@@ -237,18 +235,29 @@ func (a *Attacher) controllerPublish(ctx context.Context, name volume.Name, src 
 	if err := a.records.write(vaName, rec); err != nil {
 		return nil, false, err
 	}
-	resp, err := d.Client.Controller().ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+	resp, err := client.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
 		VolumeId:         src.Handle,
-		NodeId:           d.NodeID,
+		NodeId:           nodeID,
 		VolumeCapability: capability(src, mode),
 		Readonly:         rec.ReadOnly,
 		Secrets:          secrets,
 		VolumeContext:    maps.Clone(src.Attributes),
 	})
 	if err != nil {
-		return nil, true, csiclient.Classify(src.Driver, "ControllerPublishVolume", err)
+		return nil, true, err
 	}
 	return resp.GetPublishContext(), true, nil
+}
+
+// driver returns a registered driver's connection and node ID, or an error
+// wrapping volume.ErrDriverNotRegistered.
+func (a *Attacher) driver(name string) (*csiclient.Client, string, error) {
+	client, ok := a.cfg.Drivers.Client(name)
+	nodeID, registered := a.cfg.Drivers.NodeID(name)
+	if !ok || !registered || client == nil {
+		return nil, "", fmt.Errorf("%w: %q", volume.ErrDriverNotRegistered, name)
+	}
+	return client, nodeID, nil
 }
 
 // capability is the volume_capability of ControllerPublishVolume, built from
@@ -263,25 +272,6 @@ func capability(src volume.Source, mode csi.VolumeCapability_AccessMode_Mode) *c
 		FsType: src.FSType, MountFlags: src.MountOptions,
 	}}
 	return c
-}
-
-// controllerCapabilities returns the driver's controller capabilities; a
-// driver without a Controller service has none.
-func controllerCapabilities(ctx context.Context, c *csiclient.Client) (map[csi.ControllerServiceCapability_RPC_Type]bool, error) {
-	resp, err := c.Controller().ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
-	if status.Code(err) == codes.Unimplemented {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting the controller capabilities: %w", csiclient.Classify(c.DriverName(), "ControllerGetCapabilities", err))
-	}
-	out := map[csi.ControllerServiceCapability_RPC_Type]bool{}
-	for _, c := range resp.GetCapabilities() {
-		if rpc := c.GetRpc(); rpc != nil {
-			out[rpc.GetType()] = true
-		}
-	}
-	return out, nil
 }
 
 func (a *Attacher) secrets(ctx context.Context, ref *volume.SecretRef) (map[string]string, error) {

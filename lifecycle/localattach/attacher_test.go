@@ -23,8 +23,6 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/csiclient/csiclienttest"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
-	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -35,7 +33,7 @@ const (
 )
 
 var src = volume.Source{
-	Driver: driverName, Handle: "vol-1", PVName: "pv-1", AccessType: volume.Filesystem,
+	ID:          volume.ID{Driver: driverName, Handle: "vol-1", PVName: "pv-1", AccessType: volume.Filesystem},
 	AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, FSType: "xfs",
 	MountOptions: []string{"noatime"}, Attributes: map[string]string{"k": "v"},
 }
@@ -51,20 +49,31 @@ type env struct {
 	drivers fakeDrivers
 	inUse   *inUseSet
 	synced  chan struct{}
-	policy  policy.Policy
+	policy  volume.Policy
 	logs    ktesting.Underlier
 }
 
-type fakeDrivers map[string]registry.Driver
+// fakeDrivers are the registered drivers: a connection and a node ID each.
+type fakeDrivers map[string]registered
 
-func (f fakeDrivers) Driver(name string) (registry.Driver, bool) {
-	d, ok := f[name]
-	return d, ok
+type registered struct {
+	client *csiclient.Client
+	nodeID string
 }
 
-type fixedPolicy struct{ p policy.Policy }
+func (f fakeDrivers) Client(name string) (*csiclient.Client, bool) {
+	d, ok := f[name]
+	return d.client, ok
+}
 
-func (f fixedPolicy) Get(string) policy.Policy { return f.p }
+func (f fakeDrivers) NodeID(name string) (string, bool) {
+	d, ok := f[name]
+	return d.nodeID, ok
+}
+
+type fixedPolicy struct{ p volume.Policy }
+
+func (f fixedPolicy) Get(string) volume.Policy { return f.p }
 
 type inUseSet struct {
 	mu    sync.Mutex
@@ -110,7 +119,7 @@ func newEnv(t *testing.T) *env {
 		driver: csiclienttest.NewDriver(driverName, nodeID),
 		inUse:  &inUseSet{names: map[volume.Name]bool{}},
 		synced: make(chan struct{}),
-		policy: policy.Default(),
+		policy: volume.DefaultPolicy(),
 	}
 	endpoint := csiclienttest.StartServer(t, e.driver.Servers())
 	client, err := csiclient.New(ctx, csiclient.Config{DriverName: driverName, Endpoint: endpoint})
@@ -118,7 +127,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	e.drivers = fakeDrivers{driverName: {Name: driverName, NodeID: nodeID, Client: client}}
+	e.drivers = fakeDrivers{driverName: {client: client, nodeID: nodeID}}
 	return e
 }
 
@@ -306,7 +315,7 @@ func TestFailedPublishIsReportedAndStillDetached(t *testing.T) {
 	e.driver.SetError(csi.Controller_ControllerPublishVolume_FullMethodName, status.Error(codes.DeadlineExceeded, "slow backend"))
 	a := e.attacher(true)
 	close(e.synced)
-	if err := a.Attach(e.ctx, volName, src); !csiclient.IsUncertain(err) {
+	if err := a.Attach(e.ctx, volName, src); !errors.Is(err, csiclient.ErrUncertain) {
 		t.Fatalf("Attach: %v, want an uncertain CSI error", err)
 	}
 	va, err := a.Get(vaName())

@@ -7,8 +7,6 @@ import (
 	"io/fs"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
@@ -149,19 +147,19 @@ func (a *Attacher) detach(ctx context.Context, name volume.Name) error {
 		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", rec.Driver)
-	d, ok := a.cfg.Drivers.Driver(rec.Driver)
-	if !ok || d.Client == nil {
-		return fmt.Errorf("%w: %q (DriverRegistered retries the detach)", volume.ErrDriverNotRegistered, rec.Driver)
+	client, _, err := a.driver(rec.Driver)
+	if err != nil {
+		return fmt.Errorf("%w (DriverRegistered retries the detach)", err)
 	}
 	secrets, err := a.secrets(ctx, rec.Secret)
 	if err != nil {
 		return err
 	}
-	_, err = d.Client.Controller().ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{
+	err = client.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{
 		VolumeId: rec.Handle, NodeId: rec.NodeID, Secrets: secrets,
 	})
-	if err != nil && status.Code(err) != codes.NotFound {
-		return csiclient.Classify(rec.Driver, "ControllerUnpublishVolume", err)
+	if err != nil && !csiclient.IsAlreadyDone(err) {
+		return err
 	}
 	if err := a.records.remove(vaName); err != nil {
 		return err

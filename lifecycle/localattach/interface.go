@@ -5,22 +5,24 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
-	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
-// Drivers finds registered drivers; *registry.Registry implements it.
+// Drivers finds registered drivers.
 type Drivers interface {
-	// Driver returns the named driver's registration: its connection and
-	// the node ID it reported in NodeGetInfo.
-	Driver(name string) (registry.Driver, bool)
+	// Client returns the named driver's connection, false when the driver
+	// is not registered.
+	Client(name string) (*csiclient.Client, bool)
+	// NodeID returns the node ID the named driver reported in NodeGetInfo,
+	// false when the driver is not registered.
+	NodeID(name string) (string, bool)
 }
 
 // Policies gives drivers' CSIDriver policies.
 type Policies interface {
 	// Get returns the named driver's policy.
-	Get(driverName string) policy.Policy
+	Get(driverName string) volume.Policy
 }
 
 // Volumes finds PersistentVolumes; the manifest source implements it.
@@ -49,5 +51,3 @@ type Steps interface {
 	// Unstage unstages the volume.
 	Unstage(ctx context.Context, name volume.Name) error
 }
-
-var _ Drivers = &registry.Registry{}

@@ -44,13 +44,13 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", src.Driver)
 
 	if !o.policies.Get(src.Driver).AttachRequired {
-		o.state.RecordAttach(name, volumeID(src), nil, nil)
+		o.state.RecordAttach(name, src.ID, nil, nil)
 		logger.V(4).Info("Volume needs no attach")
 		return nil
 	}
 	vaName := volume.AttachmentName(src.Handle, src.Driver, o.nodeName)
 	publishContext, err := o.attachment(vaName)
-	o.state.RecordAttach(name, volumeID(src), publishContext, err)
+	o.state.RecordAttach(name, src.ID, publishContext, err)
 	if err != nil {
 		logger.V(4).Info("Volume is not attached", "volumeAttachment", vaName, "err", err)
 		return err
@@ -60,7 +60,7 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 }
 
 // attachment reads the VolumeAttachment vaName and returns its
-// attachmentMetadata when it is attached (reference §1.2 step 5).
+// attachmentMetadata when it is attached (the kubelet's csi_attacher.go WaitForAttach).
 func (o *Operations) attachment(vaName string) (map[string]string, error) {
 	va, err := o.attachments.Get(vaName)
 	switch {

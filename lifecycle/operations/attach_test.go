@@ -76,7 +76,7 @@ func TestWaitForAttach(t *testing.T) {
 func TestWaitForAttachOfInlineVolumeRecordsNothing(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	name := volume.InlineName("uid", "scratch")
-	if err := h.ops.WaitForAttach(testContext(t), name, volume.Source{Driver: testDriver, Inline: true}); err != nil {
+	if err := h.ops.WaitForAttach(testContext(t), name, volume.Source{ID: volume.ID{Driver: testDriver}, Inline: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := h.world.Volume(name); ok {

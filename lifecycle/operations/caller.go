@@ -15,14 +15,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Requests of a container orchestrator.
 //
-// The front endpoint (driver/front) serves CSI to a container orchestrator
+// The front endpoint (front/) serves CSI to a container orchestrator
 // (CO) in front of a registered driver. The methods below run the CO's Node
 // requests through the same steps as the reconciler's: the same locks, the
 // same state transitions (transitions.go), the same asw records and the
@@ -253,12 +252,12 @@ func (o *Operations) knowsPath(name volume.Name, path string) error {
 }
 
 // requestID is what the asw records about the volume of a CO's request.
-func requestID(driver, handle string, c *csi.VolumeCapability) asw.VolumeID {
+func requestID(driver, handle string, c *csi.VolumeCapability) volume.ID {
 	access := volume.Filesystem
 	if c.GetBlock() != nil {
 		access = volume.Block
 	}
-	return asw.VolumeID{Driver: driver, Handle: handle, AccessType: access}
+	return volume.ID{Driver: driver, Handle: handle, AccessType: access}
 }
 
 // requestDigest is the hex SHA-256 of req's deterministic encoding without

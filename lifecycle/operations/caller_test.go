@@ -16,6 +16,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -304,7 +305,10 @@ func TestCallersPublishAndTeardown(t *testing.T) {
 	}
 }
 
-func TestRestoreRequests(t *testing.T) {
+// TestReconstructFrontRecords checks that what the front endpoint staged and
+// published is restored from its records after a restart, and torn down
+// from there.
+func TestReconstructFrontRecords(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	ctx := testContext(t)
 	stage, publish := coRequests(t.TempDir(), "vol-1")
@@ -323,12 +327,12 @@ func TestRestoreRequests(t *testing.T) {
 	// A new agent over the same root: the staging path still mounted, the targets not provably.
 	restarted := newHarness(t, harnessOptions{root: h.root})
 	restarted.mounts.mounted[stage.StagingTargetPath] = true
-	res, err := restarted.ops.RestoreRequests(ctx)
-	if err != nil {
-		t.Fatalf("RestoreRequests: %v", err)
+	res, err := reconstruct.Run(ctx, restarted.ops.Layout(), restarted.mounts, restarted.world)
+	if err != nil || len(res.Failed) != 0 {
+		t.Fatalf("reconstruct.Run: %v, %v", err, res.Failed)
 	}
 	if res.Staged != 1 || res.ProvenStaged != 1 || res.Published != 2 || res.ProvenPublished != 0 {
-		t.Errorf("RestoreRequests = %+v, want 1 staged (proven) and 2 published", res)
+		t.Errorf("reconstruct.Run = %+v, want 1 staged (proven) and 2 published", res)
 	}
 	name := volume.PersistentName(testDriver, "vol-1")
 	v, _ := restarted.world.Volume(name)
@@ -371,7 +375,7 @@ func TestRestoreRequests(t *testing.T) {
 	}
 }
 
-func TestRestoreRequestsReportsBadRecords(t *testing.T) {
+func TestReconstructFrontReportsBadRecords(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	ctx := testContext(t)
 	stage, _ := coRequests(t.TempDir(), "vol-1")
@@ -398,9 +402,9 @@ func TestRestoreRequestsReportsBadRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := newHarness(t, harnessOptions{root: h.root})
-	res, err := restarted.ops.RestoreRequests(ctx)
-	if err == nil || len(res.Failed) != 1 || res.Staged != 1 {
-		t.Errorf("RestoreRequests = %+v, %v; want the good record restored and the moved one failed", res, err)
+	res, err := reconstruct.Run(ctx, restarted.ops.Layout(), restarted.mounts, restarted.world)
+	if err != nil || len(res.Failed) != 1 || res.Staged != 1 {
+		t.Errorf("reconstruct.Run = %+v, %v; want the good record restored and the moved one failed", res, err)
 	}
 	if !exists(t, other.StageRecord) {
 		t.Error("a record that failed to restore was removed")

@@ -191,7 +191,7 @@ func TestRecordsAreDurableAroundTheCalls(t *testing.T) {
 	ctx := testContext(t)
 	src := pvSource()
 	name := volume.PersistentName(src.Driver, src.Handle)
-	st, _ := h.ops.Layout().Staging(src)
+	st, _ := h.ops.Layout().Staging(src.ID)
 	pub, _ := h.ops.Layout().Publishing("uid-a", "pv-1", volume.Filesystem)
 
 	var mu sync.Mutex

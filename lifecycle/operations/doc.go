@@ -3,7 +3,7 @@
 // Unstage are plain methods that build the kubelet's requests, keep the
 // on-disk records (lifecycle/checkpoint) in the kubelet's layout
 // (lifecycle/paths), record every outcome in the actual state of world with
-// the uncertain-state rules of reference §1.8, and serialize the steps on a
+// the kubelet's uncertain-state rules (operation_generator.go markDeviceErrorState and markVolumeErrorState), and serialize the steps on a
 // volume so that the reconciler and the front endpoint can share them. The
 // front endpoint's requests (StageRequest, PublishRequest, ... in
 // caller.go) run through the same steps, at the paths the container

@@ -25,7 +25,6 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/csiclient/csiclienttest"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -37,22 +36,22 @@ const (
 
 var _ DriverClient = &csiclienttest.Client{}
 
-// fakePolicies answers policy.Default() unless a driver has its own.
+// fakePolicies answers volume.DefaultPolicy() unless a driver has its own.
 type fakePolicies struct {
 	mu sync.Mutex
-	m  map[string]policy.Policy
+	m  map[string]volume.Policy
 }
 
-func (f *fakePolicies) Get(name string) policy.Policy {
+func (f *fakePolicies) Get(name string) volume.Policy {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p, ok := f.m[name]; ok {
 		return p
 	}
-	return policy.Default()
+	return volume.DefaultPolicy()
 }
 
-func (f *fakePolicies) set(name string, p policy.Policy) {
+func (f *fakePolicies) set(name string, p volume.Policy) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.m[name] = p
@@ -190,7 +189,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		root:     opts.root,
 		world:    asw.New(asw.Options{}),
 		client:   &csiclienttest.Client{Name: testDriver},
-		policies: &fakePolicies{m: map[string]policy.Policy{}},
+		policies: &fakePolicies{m: map[string]volume.Policy{}},
 		vas:      &fakeAttachments{m: map[string]*storagev1.VolumeAttachment{}},
 		secrets: &fakeSecrets{m: map[string]map[string]string{
 			"ns/stage-secret":   {"stage-key": "stage-s3cr3t"},
@@ -242,7 +241,7 @@ func (h *harness) unregister(name string) {
 
 // noAttach makes the test driver need no VolumeAttachment.
 func (h *harness) noAttach() {
-	p := policy.Default()
+	p := volume.DefaultPolicy()
 	p.AttachRequired = false
 	h.policies.set(testDriver, p)
 }
@@ -270,10 +269,7 @@ func requests[T any](h *harness, method string) []T {
 // pvSource is a filesystem PV volume of the test driver with everything set.
 func pvSource() volume.Source {
 	return volume.Source{
-		Driver:        testDriver,
-		Handle:        "vol-1",
-		PVName:        "pv-1",
-		AccessType:    volume.Filesystem,
+		ID:            volume.ID{Driver: testDriver, Handle: "vol-1", PVName: "pv-1", AccessType: volume.Filesystem},
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany},
 		FSType:        "ext4",
 		MountOptions:  []string{"noatime", "nodiratime"},
@@ -343,4 +339,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// published says whether pod's use of the volume is ready: Published, not
+// uncertain.
+func published(w *asw.World, key volume.PodKey) bool {
+	p, ok := w.Pod(key)
+	return ok && p.State == volume.Published
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
@@ -45,7 +44,7 @@ func startPlugin(t *testing.T, caps plugin.Capabilities) *pluginHarness {
 	h.mu.Lock()
 	h.drivers[p.Name] = client
 	h.mu.Unlock()
-	pol := policy.Default()
+	pol := volume.DefaultPolicy()
 	pol.AttachRequired = caps.ControllerPublish
 	h.policies.set(p.Name, pol)
 	return &pluginHarness{harness: h, p: p, client: client}
@@ -68,7 +67,7 @@ func (ph *pluginHarness) createVolume(t *testing.T, pvName string, access volume
 		t.Fatalf("CreateVolume: %v", err)
 	}
 	return volume.Source{
-		Driver: ph.p.Name, Handle: resp.GetVolume().GetVolumeId(), PVName: pvName, AccessType: access,
+		ID:          volume.ID{Driver: ph.p.Name, Handle: resp.GetVolume().GetVolumeId(), PVName: pvName, AccessType: access},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 	}
 }
@@ -241,7 +240,7 @@ func TestRealPluginBlockVolume(t *testing.T) {
 	if err := ph.ops.Stage(ctx, name, src, nil); err != nil {
 		t.Fatalf("Stage: %v", err)
 	}
-	st, _ := ph.ops.Layout().Staging(src)
+	st, _ := ph.ops.Layout().Staging(src.ID)
 	if st.Path != filepath.Join(ph.root, "plugins/kubernetes.io/csi/volumeDevices/staging/pv-block") {
 		t.Errorf("block staging path = %s", st.Path)
 	}
@@ -283,7 +282,7 @@ func TestRealPluginUncertainCodesAreTornDown(t *testing.T) {
 			if err := ph.p.SetFaults(plugin.FaultRule{Method: "NodeStageVolume", VolumeID: src.Handle, Code: code, Times: 1}); err != nil {
 				t.Fatal(err)
 			}
-			if err := ph.ops.Stage(ctx, name, src, nil); !csiclient.IsUncertain(err) {
+			if err := ph.ops.Stage(ctx, name, src, nil); !errors.Is(err, csiclient.ErrUncertain) {
 				t.Fatalf("Stage = %v, want uncertain", err)
 			}
 			if v, _ := ph.world.Volume(name); v.Stage != volume.StageUncertain {
@@ -300,10 +299,10 @@ func TestRealPluginUncertainCodesAreTornDown(t *testing.T) {
 			if err := ph.p.SetFaults(plugin.FaultRule{Method: "NodePublishVolume", VolumeID: src.Handle, Code: code, Times: 1}); err != nil {
 				t.Fatal(err)
 			}
-			if err := ph.ops.Publish(ctx, key, src, pv); !csiclient.IsUncertain(err) {
+			if err := ph.ops.Publish(ctx, key, src, pv); !errors.Is(err, csiclient.ErrUncertain) {
 				t.Fatalf("Publish = %v, want uncertain", err)
 			}
-			if ph.world.IsPublished(key) || ph.world.MayUnstage(name) == nil {
+			if published(ph.world, key) || ph.world.MayUnstage(name) == nil {
 				t.Fatal("an uncertain publish is ready, or does not block unstage")
 			}
 			if err := ph.ops.Unpublish(ctx, key); err != nil {

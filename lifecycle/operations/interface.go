@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -68,14 +67,12 @@ func ClientLookup[C DriverClient](lookup func(name string) (C, bool)) Drivers {
 	})
 }
 
-// Policies returns a driver's CSIDriver policy; *policy.Store implements it.
+// Policies returns a driver's CSIDriver policy.
 type Policies interface {
 	// Get returns the policy of the named driver, the kubelet's defaults
 	// when it has no CSIDriver object.
-	Get(driverName string) policy.Policy
+	Get(driverName string) volume.Policy
 }
-
-var _ Policies = &policy.Store{}
 
 // Secrets reads the Secrets named by nodeStageSecretRef and
 // nodePublishSecretRef.
@@ -106,7 +103,8 @@ type Mounts interface {
 }
 
 // Tokens issues service account tokens for drivers whose CSIDriver has
-// tokenRequests (reference §1.4).
+// tokenRequests, as the kubelet's csi_mounter.go
+// podServiceAccountTokenAttrs does.
 type Tokens interface {
 	// ServiceAccountToken returns a token of pod's service account for
 	// req.Audience (the API server's audiences when empty), expiring after
@@ -143,11 +141,11 @@ type StateReader interface {
 // world; *asw.World implements it.
 type StateRecorder interface {
 	// RecordAttach records the outcome of WaitForAttach.
-	RecordAttach(name volume.Name, id asw.VolumeID, publishContext map[string]string, err error)
+	RecordAttach(name volume.Name, id volume.ID, publishContext map[string]string, err error)
 	// RecordStage records the outcome of Stage or Unstage.
-	RecordStage(name volume.Name, id asw.VolumeID, o asw.StageOutcome)
+	RecordStage(name volume.Name, id volume.ID, o asw.StageOutcome)
 	// RecordPublish records the outcome of Publish or Unpublish.
-	RecordPublish(key volume.PodKey, id asw.VolumeID, o asw.PublishOutcome)
+	RecordPublish(key volume.PodKey, id volume.ID, o asw.PublishOutcome)
 	// ForgetPod drops a pod's entry after a successful unpublish.
 	ForgetPod(key volume.PodKey)
 	// ForgetVolume drops a volume after a successful unstage.
@@ -158,7 +156,6 @@ type StateRecorder interface {
 type ActualState interface {
 	StateReader
 	StateRecorder
-	StateRestorer
 }
 
 var _ ActualState = &asw.World{}

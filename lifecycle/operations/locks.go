@@ -10,7 +10,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
-// locks serializes the steps on volumes, the DESIGN.md "Concurrency" rule,
+// locks serializes the steps on volumes, the agent's concurrency rule,
 // shared by the reconciler and the front endpoint because both call the
 // same Operations:
 //

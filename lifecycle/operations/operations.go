@@ -10,7 +10,6 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -52,8 +51,8 @@ type Config struct {
 // and the same steps as a container orchestrator asks for them through the
 // front endpoint (caller.go). Each call is a plain
 // method that returns an error; it records its outcome in the actual state
-// of world (mapping csiclient's error classes to states as reference §1.8
-// says, see transitions.go), keeps the on-disk records (written before the
+// of world (mapping csiclient's error classes to states as the kubelet
+// does, see transitions.go), keeps the on-disk records (written before the
 // CSI call, removed after a successful teardown) and is serialized with the
 // other steps on the same volume as documented on locks. Operations is safe
 // for concurrent use; callers (the reconciler, the front endpoint) need no
@@ -136,16 +135,6 @@ func (o *Operations) observe(driver string, step volume.Step, start time.Time, e
 	if o.observer != nil {
 		o.observer.ObserveOperation(driver, step, err, time.Since(start))
 	}
-}
-
-// volumeID is what the asw records about src.
-func volumeID(src volume.Source) asw.VolumeID {
-	return asw.VolumeID{Driver: src.Driver, Handle: src.Handle, PVName: src.PVName, AccessType: src.AccessType}
-}
-
-// sourceOf rebuilds the part of a Source that paths need from an asw entry.
-func sourceOf(id asw.VolumeID) volume.Source {
-	return volume.Source{Driver: id.Driver, Handle: id.Handle, PVName: id.PVName, AccessType: id.AccessType}
 }
 
 // alreadyDone turns csiclient.ErrAlreadyDone (NotFound on a teardown call)

@@ -18,7 +18,7 @@ import (
 )
 
 // Publish publishes volume key.Volume for pod key.Pod (NodePublishVolume,
-// reference §1.4) and records the outcome. src is the volume, pv the pod's
+// the kubelet's csi_mounter.go SetUpAt) and records the outcome. src is the volume, pv the pod's
 // use of it.
 //
 // Before the call, each failing with the state unchanged: the driver must
@@ -52,7 +52,7 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	defer unlock()
 	start := time.Now()
 	defer func() { o.observe(src.Driver, volume.StepPublish, start, err) }()
-	s := o.beginPublish(ctx, key, volumeID(src), false)
+	s := o.beginPublish(ctx, key, src.ID, false)
 	s.logger = s.logger.WithValues("pod", klog.KRef(pv.Pod.Namespace, pv.Pod.Name))
 
 	client, err := o.driver(src.Driver)
@@ -133,7 +133,7 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 }
 
 // Unpublish unpublishes volume key.Volume for pod key.Pod
-// (NodeUnpublishVolume(volume_id, target_path), reference §1.5) and, on
+// (NodeUnpublishVolume(volume_id, target_path), the kubelet's csi_mounter.go TearDownAt) and, on
 // success, removes the target, the publish record and the pod's directories
 // that became empty, and forgets the pod's entry. It needs only what the
 // actual state holds (filled from the publish record after a restart), no
@@ -172,7 +172,7 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", v.Driver, "podUID", key.Pod)
 
 	fail := func(state volume.PublishState, err error) error {
-		o.state.RecordPublish(key, v.VolumeID, asw.PublishOutcome{Step: volume.StepUnpublish, State: state, TargetPath: p.TargetPath, External: external, Err: err})
+		o.state.RecordPublish(key, v.ID, asw.PublishOutcome{Step: volume.StepUnpublish, State: state, TargetPath: p.TargetPath, External: external, Err: err})
 		logger.V(2).Info("Unpublish failed", "state", state, "err", err)
 		return err
 	}
@@ -183,7 +183,7 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 	}
 	var site publishingSite
 	if external {
-		site, err = o.callerPublishing(v.VolumeID, key, p.TargetPath)
+		site, err = o.callerPublishing(v.ID, key, p.TargetPath)
 	} else {
 		var parsed paths.PodVolume
 		parsed, err = o.layout.ParseTarget(p.TargetPath)
@@ -226,7 +226,7 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 type publishStep struct {
 	o   *Operations
 	key volume.PodKey
-	id  asw.VolumeID
+	id  volume.ID
 	// prev is the pod's entry when the step began; known says it had one.
 	prev  asw.Pod
 	known bool
@@ -240,7 +240,7 @@ type publishStep struct {
 }
 
 // beginPublish starts a publish step; the pod's lock must be held.
-func (o *Operations) beginPublish(ctx context.Context, key volume.PodKey, id asw.VolumeID, external bool) *publishStep {
+func (o *Operations) beginPublish(ctx context.Context, key volume.PodKey, id volume.ID, external bool) *publishStep {
 	s := &publishStep{o: o, key: key, id: id, external: external,
 		logger: klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", id.Driver, "podUID", key.Pod)}
 	s.prev, s.known = o.state.Pod(key)

@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -42,7 +41,7 @@ func TestPublishSendsTheKubeletRequest(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.setCaps(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME, csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
-	pol := policy.Default()
+	pol := volume.DefaultPolicy()
 	pol.PodInfoOnMount = true
 	h.policies.set(testDriver, pol)
 	src := pvSource()
@@ -60,7 +59,7 @@ func TestPublishSendsTheKubeletRequest(t *testing.T) {
 	if err := h.ops.Publish(ctx, key, src, pv); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	st, _ := h.ops.Layout().Staging(src)
+	st, _ := h.ops.Layout().Staging(src.ID)
 	podDir := filepath.Join(h.root, "pods/uid-a/volumes/kubernetes.io~csi/pv-1")
 	want := &csi.NodePublishVolumeRequest{
 		VolumeId:          "vol-1",
@@ -94,7 +93,7 @@ func TestPublishSendsTheKubeletRequest(t *testing.T) {
 	if src.Attributes[PodNameKey] != "" {
 		t.Error("Publish changed the Source's attributes")
 	}
-	if !h.world.IsPublished(key) {
+	if !published(h.world, key) {
 		t.Error("the pod's volume is not ready after Publish")
 	}
 
@@ -132,7 +131,7 @@ func TestPublishWithoutPodInfoKeepsAttributesOnly(t *testing.T) {
 func TestPublishInlineVolume(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	src := volume.Source{
-		Driver: testDriver, Handle: volume.InlineHandle("uid-a", "scratch"), Inline: true, AccessType: volume.Filesystem,
+		ID: volume.ID{Driver: testDriver, Handle: volume.InlineHandle("uid-a", "scratch"), AccessType: volume.Filesystem}, Inline: true,
 		FSType: "xfs", Attributes: map[string]string{"size": "1Gi"},
 		PublishSecret: &volume.SecretRef{Namespace: "ns", Name: "publish-secret"},
 	}
@@ -145,7 +144,7 @@ func TestPublishInlineVolume(t *testing.T) {
 	if err := h.ops.Publish(ctx, key, src, pv); !errors.Is(err, volume.ErrInvalidSpec) {
 		t.Fatalf("Publish of an inline volume without Ephemeral mode = %v, want ErrInvalidSpec", err)
 	}
-	pol := policy.Default() // attach required: inline volumes need none anyway
+	pol := volume.DefaultPolicy() // attach required: inline volumes need none anyway
 	pol.PodInfoOnMount = true
 	pol.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}
 	h.policies.set(testDriver, pol)
@@ -259,7 +258,7 @@ func TestReadWriteOncePod(t *testing.T) {
 func TestServiceAccountTokens(t *testing.T) {
 	for _, inSecrets := range []bool{false, true} {
 		h, src := stagedHarness(t, harnessOptions{tokens: fakeTokens{}})
-		pol := policy.Default()
+		pol := volume.DefaultPolicy()
 		pol.AttachRequired = false
 		pol.TokenRequests = []storagev1.TokenRequest{{Audience: "vault"}, {Audience: ""}}
 		pol.ServiceAccountTokenInSecrets = inSecrets
@@ -290,7 +289,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	}
 
 	h, src := stagedHarness(t, harnessOptions{})
-	pol := policy.Default()
+	pol := volume.DefaultPolicy()
 	pol.AttachRequired = false
 	pol.TokenRequests = []storagev1.TokenRequest{{Audience: "vault"}}
 	h.policies.set(testDriver, pol)
@@ -307,7 +306,7 @@ func TestPublishErrorClasses(t *testing.T) {
 			pub, _ := h.ops.Layout().Publishing("uid-a", "pv-1", volume.Filesystem)
 			h.client.NextNodePublishVolumeErr = status.Error(tc.code, "injected")
 			err := h.ops.Publish(testContext(t), key, src, podVolume("uid-a", "pod-a"))
-			if status.Code(err) != tc.code || csiclient.IsUncertain(err) != tc.uncertain {
+			if status.Code(err) != tc.code || errors.Is(err, csiclient.ErrUncertain) != tc.uncertain {
 				t.Fatalf("Publish = %v, want %v (uncertain %v)", err, tc.code, tc.uncertain)
 			}
 			p, _ := h.world.Pod(key)
@@ -315,7 +314,7 @@ func TestPublishErrorClasses(t *testing.T) {
 			if tc.uncertain {
 				want = volume.PublishUncertain
 			}
-			if p.State != want || p.LastError == nil || p.LastError.Step != volume.StepPublish || h.world.IsPublished(key) {
+			if p.State != want || p.LastError == nil || p.LastError.Step != volume.StepPublish || published(h.world, key) {
 				t.Errorf("pod entry = %+v, want %v with the error and not ready", p, want)
 			}
 			if got := slices.Contains(h.world.Publishers(key.Volume), key.Pod); got != tc.uncertain {
@@ -332,7 +331,7 @@ func TestReconstructedPublishStaysUncertainOnFinalError(t *testing.T) {
 	h, src := stagedHarness(t, harnessOptions{})
 	key := keyOf(src, "uid-a")
 	pub, _ := h.ops.Layout().Publishing("uid-a", "pv-1", volume.Filesystem)
-	h.world.AddReconstructedPod(key, volumeID(src), pub.Target)
+	h.world.AddReconstructedPod(key, src.ID, pub.Target)
 	h.client.NextNodePublishVolumeErr = status.Error(codes.FailedPrecondition, "final")
 	_ = h.ops.Publish(testContext(t), key, src, podVolume("uid-a", "pod-a"))
 	if p, _ := h.world.Pod(key); p.State != volume.PublishUncertain || !p.Reconstructed {

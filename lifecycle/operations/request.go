@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -29,8 +28,8 @@ const (
 )
 
 // accessMode maps the first of a PV's access modes to a CSI access mode as
-// the kubelet does (reference §1.3): only AccessModes[0] counts, none means
-// ReadWriteOnce, and a driver with SINGLE_NODE_MULTI_WRITER gets the
+// the kubelet does (csi_attacher.go MountDevice, csi_client.go): only
+// AccessModes[0] counts, none means ReadWriteOnce, and a driver with SINGLE_NODE_MULTI_WRITER gets the
 // single-node modes that tell ReadWriteOnce from ReadWriteOncePod.
 func accessMode(modes []corev1.PersistentVolumeAccessMode, singleNodeMultiWriter bool) csi.VolumeCapability_AccessMode_Mode {
 	mode := corev1.ReadWriteOnce
@@ -106,7 +105,7 @@ func (o *Operations) secret(ctx context.Context, ref *volume.SecretRef) (map[str
 // volumeAttributes, then the pod-info keys when the driver's CSIDriver has
 // podInfoOnMount, then the service account tokens when it has
 // tokenRequests (in secrets instead with serviceAccountTokenInSecrets).
-func (o *Operations) publishContexts(ctx context.Context, src volume.Source, pv volume.PodVolume, pol policy.Policy, secrets map[string]string) (volCtx, outSecrets map[string]string, err error) {
+func (o *Operations) publishContexts(ctx context.Context, src volume.Source, pv volume.PodVolume, pol volume.Policy, secrets map[string]string) (volCtx, outSecrets map[string]string, err error) {
 	volCtx = maps.Clone(src.Attributes)
 	if pol.PodInfoOnMount {
 		if volCtx == nil {

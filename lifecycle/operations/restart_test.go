@@ -27,7 +27,7 @@ func rebuildFromDisk(t *testing.T, l paths.Layout, w *asw.World) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.AddReconstructedVolume(rec.VolumeName, asw.VolumeID{
+		w.AddReconstructedVolume(rec.VolumeName, volume.ID{
 			Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: rec.PVName, AccessType: rec.AccessType,
 		}, rec.StagingPath)
 	}
@@ -40,7 +40,7 @@ func rebuildFromDisk(t *testing.T, l paths.Layout, w *asw.World) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.AddReconstructedPod(volume.PodKey{Volume: rec.VolumeName, Pod: pv.Pod}, asw.VolumeID{
+		w.AddReconstructedPod(volume.PodKey{Volume: rec.VolumeName, Pod: pv.Pod}, volume.ID{
 			Driver: rec.DriverName, Handle: rec.VolumeHandle, AccessType: pv.AccessType,
 		}, rec.TargetPath)
 	}
@@ -62,7 +62,7 @@ func TestTeardownAfterRestartFromRecordsAlone(t *testing.T) {
 	if err := before.ops.Publish(ctx, key, src, podVolume("uid-a", "pod-a")); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := before.ops.Layout().Staging(src)
+	st, _ := before.ops.Layout().Staging(src.ID)
 	pub, _ := before.ops.Layout().Publishing("uid-a", "pv-1", volume.Filesystem)
 
 	// The agent restarts: a new actual state, new Operations, same root.

@@ -37,7 +37,7 @@ type publishingSite struct {
 
 // callerStaging returns the site of a volume a container orchestrator
 // stages at path.
-func (o *Operations) callerStaging(id asw.VolumeID, path string) (stagingSite, error) {
+func (o *Operations) callerStaging(id volume.ID, path string) (stagingSite, error) {
 	cv, err := o.layout.CallerVolume(id.Driver, id.Handle)
 	if err != nil {
 		return stagingSite{}, err
@@ -47,7 +47,7 @@ func (o *Operations) callerStaging(id asw.VolumeID, path string) (stagingSite, e
 
 // callerPublishing returns the site of key's publish at a container
 // orchestrator's target path.
-func (o *Operations) callerPublishing(id asw.VolumeID, key volume.PodKey, target string) (publishingSite, error) {
+func (o *Operations) callerPublishing(id volume.ID, key volume.PodKey, target string) (publishingSite, error) {
 	cp, err := o.layout.CallerPublishing(id.Driver, id.Handle, key.Pod)
 	if err != nil {
 		return publishingSite{}, err
@@ -60,9 +60,9 @@ func (o *Operations) callerPublishing(id asw.VolumeID, key volume.PodKey, target
 // otherwise.
 func (o *Operations) stagingSiteOf(v asw.Volume) (stagingSite, error) {
 	if v.External {
-		return o.callerStaging(v.VolumeID, v.StagingPath)
+		return o.callerStaging(v.ID, v.StagingPath)
 	}
-	st, err := o.layout.Staging(sourceOf(v.VolumeID))
+	st, err := o.layout.Staging(v.ID)
 	return stagingSite{Staging: st}, err
 }
 

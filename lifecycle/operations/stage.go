@@ -14,7 +14,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
-// Stage stages volume name (NodeStageVolume, reference §1.3) and records
+// Stage stages volume name (NodeStageVolume, as the kubelet's csi_attacher.go MountDevice) and records
 // the outcome. fsGroup is the fsGroup of the pod the volume is staged for;
 // it becomes volume_mount_group when the driver has VOLUME_MOUNT_GROUP.
 //
@@ -47,7 +47,7 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 	defer unlock()
 	start := time.Now()
 	defer func() { o.observe(src.Driver, volume.StepStage, start, err) }()
-	s := o.beginStage(ctx, name, volumeID(src), false)
+	s := o.beginStage(ctx, name, src.ID, false)
 
 	if s.known && s.prev.External {
 		return s.fail(fmt.Errorf("%w: %s is staged at %s by a container orchestrator through the front endpoint",
@@ -57,7 +57,7 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 	if err != nil {
 		return s.fail(err)
 	}
-	st, err := o.layout.Staging(src)
+	st, err := o.layout.Staging(src.ID)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -98,7 +98,7 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 	return s.run(ctx, p)
 }
 
-// Unstage unstages volume name (NodeUnstageVolume, reference §1.5) and, on
+// Unstage unstages volume name (NodeUnstageVolume, as the kubelet's csi_attacher.go UnmountDevice) and, on
 // success, removes the staging directory, then the staged record, and
 // forgets the volume. It needs only what the actual state holds (filled from
 // the staged record after a restart), no Source.
@@ -142,7 +142,7 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", v.Driver)
 
 	fail := func(state volume.StageState, err error) error {
-		o.state.RecordStage(name, v.VolumeID, asw.StageOutcome{Step: volume.StepUnstage, State: state, StagingPath: v.StagingPath, External: external, Err: err})
+		o.state.RecordStage(name, v.ID, asw.StageOutcome{Step: volume.StepUnstage, State: state, StagingPath: v.StagingPath, External: external, Err: err})
 		logger.V(2).Info("Unstage failed", "state", state, "err", err)
 		return err
 	}
@@ -212,7 +212,7 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 type stageStep struct {
 	o    *Operations
 	name volume.Name
-	id   asw.VolumeID
+	id   volume.ID
 	// prev is the volume's entry when the step began; known says it had one.
 	prev  asw.Volume
 	known bool
@@ -223,7 +223,7 @@ type stageStep struct {
 }
 
 // beginStage starts a stage step; the volume's lock must be held.
-func (o *Operations) beginStage(ctx context.Context, name volume.Name, id asw.VolumeID, external bool) *stageStep {
+func (o *Operations) beginStage(ctx context.Context, name volume.Name, id volume.ID, external bool) *stageStep {
 	s := &stageStep{o: o, name: name, id: id, external: external,
 		logger: klog.FromContext(ctx).WithValues("volume", name, "driver", id.Driver)}
 	s.prev, s.known = o.state.Volume(name)

@@ -165,7 +165,7 @@ func TestStageWithoutStageUnstageCapability(t *testing.T) {
 	if len(h.secrets.reads) != 0 {
 		t.Errorf("stage Secret read without a NodeStageVolume call: %v", h.secrets.reads)
 	}
-	st, _ := h.ops.Layout().Staging(src)
+	st, _ := h.ops.Layout().Staging(src.ID)
 	if v, _ := h.world.Volume(name); v.Stage != volume.Staged {
 		t.Errorf("stage state = %v, want Staged", v.Stage)
 	}
@@ -223,12 +223,12 @@ func TestStageErrorClasses(t *testing.T) {
 			h.noAttach()
 			src := pvSource()
 			name := volume.PersistentName(src.Driver, src.Handle)
-			st, _ := h.ops.Layout().Staging(src)
+			st, _ := h.ops.Layout().Staging(src.ID)
 			ctx := testContext(t)
 			h.client.NextNodeStageVolumeErr = status.Error(tc.code, "injected")
 
 			err := h.ops.Stage(ctx, name, src, nil)
-			if status.Code(err) != tc.code || csiclient.IsUncertain(err) != tc.uncertain || csiclient.IsFinal(err) == tc.uncertain {
+			if status.Code(err) != tc.code || errors.Is(err, csiclient.ErrUncertain) != tc.uncertain || csiclient.IsFinal(err) == tc.uncertain {
 				t.Fatalf("Stage = %v, want a %v error classified uncertain=%v", err, tc.code, tc.uncertain)
 			}
 			v, _ := h.world.Volume(name)
@@ -277,11 +277,11 @@ func TestReconstructedStageStaysUncertainOnFinalError(t *testing.T) {
 	h.noAttach()
 	src := pvSource()
 	name := volume.PersistentName(src.Driver, src.Handle)
-	st, _ := h.ops.Layout().Staging(src)
+	st, _ := h.ops.Layout().Staging(src.ID)
 	if err := checkpoint.WriteStage(st.Record, checkpoint.StageRecord{VolumeHandle: src.Handle, DriverName: src.Driver}); err != nil {
 		t.Fatal(err)
 	}
-	h.world.AddReconstructedVolume(name, volumeID(src), st.Path)
+	h.world.AddReconstructedVolume(name, src.ID, st.Path)
 	h.client.NextNodeStageVolumeErr = status.Error(codes.Internal, "final")
 
 	if err := h.ops.Stage(testContext(t), name, src, nil); !csiclient.IsFinal(err) {
@@ -313,7 +313,7 @@ func TestUnstage(t *testing.T) {
 			h.noAttach()
 			src := pvSource()
 			name := volume.PersistentName(src.Driver, src.Handle)
-			st, _ := h.ops.Layout().Staging(src)
+			st, _ := h.ops.Layout().Staging(src.ID)
 			ctx := testContext(t)
 			if err := h.ops.Stage(ctx, name, src, nil); err != nil {
 				t.Fatal(err)
@@ -382,7 +382,7 @@ func TestUnstageStillMountedStaysUncertain(t *testing.T) {
 	h.noAttach()
 	src := pvSource()
 	name := volume.PersistentName(src.Driver, src.Handle)
-	st, _ := h.ops.Layout().Staging(src)
+	st, _ := h.ops.Layout().Staging(src.ID)
 	ctx := testContext(t)
 	if err := h.ops.Stage(ctx, name, src, nil); err != nil {
 		t.Fatal(err)

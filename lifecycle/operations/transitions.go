@@ -5,8 +5,9 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
-// The state machine of reference §1.8 (the kubelet's markDeviceErrorState,
-// markVolumeErrorState and the teardown error paths), as pure functions of
+// The kubelet's uncertain-state machine (operation_generator.go
+// markDeviceErrorState, markVolumeErrorState and the teardown error
+// paths), as pure functions of
 // the state before the CSI call, the reconstructed mark and the call's
 // error. Failures before the CSI call (driver not registered, a Secret that
 // cannot be read, a directory that cannot be made) never reach these

@@ -15,7 +15,7 @@
 //	<root>/pods/<podUID>/volumes/kubernetes.io~csi/<escaped name>/vol_data.json    publish record
 //	<root>/pods/<podUID>/volumes/kubernetes.io~csi/<escaped name>/mount            target_path
 //
-// Block volumes: the paths a driver sees are the kubelet's (reference §1.6):
+// Block volumes: the paths a driver sees are the kubelet's (pkg/volume/csi/csi_block.go):
 //
 //	<root>/plugins/kubernetes.io/csi/volumeDevices/staging/<pvName>                 staging_target_path
 //	<root>/plugins/kubernetes.io/csi/volumeDevices/publish/<pvName>/<podUID>        target_path (a file the driver creates)
@@ -29,7 +29,7 @@
 // published file at the target path is the device.
 //
 // Volumes a container orchestrator stages and publishes through the front
-// endpoint (driver/front) are mounted at paths the orchestrator chose; only
+// endpoint (front/) are mounted at paths the orchestrator chose; only
 // their records live under the root, in a tree of their own that the
 // kubelet-layout scanners never visit (see CallerVolume):
 //

@@ -81,7 +81,7 @@ func FuzzStaging(f *testing.F) {
 		if block {
 			access = volume.Block
 		}
-		s, err := l.Staging(volume.Source{Driver: driver, Handle: handle, PVName: pv, AccessType: access})
+		s, err := l.Staging(volume.ID{Driver: driver, Handle: handle, PVName: pv, AccessType: access})
 		if err != nil {
 			if !errors.Is(err, volume.ErrInvalidName) || s != (paths.Staging{}) {
 				t.Fatalf("Staging(%q, %q, %q) = %+v, %v; want no paths and ErrInvalidName", driver, handle, pv, s, err)

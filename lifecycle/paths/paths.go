@@ -68,25 +68,25 @@ type Staging struct {
 	Path string
 }
 
-// Staging returns where the volume src is staged. It uses src.Driver,
-// src.Handle, src.AccessType and, for block volumes, src.PVName.
-func (l Layout) Staging(src volume.Source) (Staging, error) {
-	if err := checkDriver(src.Driver); err != nil {
+// Staging returns where the volume id is staged. It uses id.Driver,
+// id.Handle, id.AccessType and, for block volumes, id.PVName.
+func (l Layout) Staging(id volume.ID) (Staging, error) {
+	if err := checkDriver(id.Driver); err != nil {
 		return Staging{}, err
 	}
-	if src.Handle == "" {
+	if id.Handle == "" {
 		return Staging{}, fmt.Errorf("%w: empty volume handle", volume.ErrInvalidName)
 	}
-	dir, err := l.build(pluginsDir, pluginNamespace, csiDir, src.Driver, HandleHash(src.Handle))
+	dir, err := l.build(pluginsDir, pluginNamespace, csiDir, id.Driver, HandleHash(id.Handle))
 	if err != nil {
 		return Staging{}, err
 	}
 	s := Staging{Dir: dir, Record: filepath.Join(dir, DataFileName)}
-	switch src.AccessType {
+	switch id.AccessType {
 	case volume.Filesystem:
 		s.Path = filepath.Join(dir, globalMount)
 	case volume.Block:
-		name, err := escapeName("PersistentVolume name", src.PVName)
+		name, err := escapeName("PersistentVolume name", id.PVName)
 		if err != nil {
 			return Staging{}, err
 		}
@@ -94,7 +94,7 @@ func (l Layout) Staging(src volume.Source) (Staging, error) {
 			return Staging{}, err
 		}
 	default:
-		return Staging{}, fmt.Errorf("%w: unknown access type %d", volume.ErrInvalidName, src.AccessType)
+		return Staging{}, fmt.Errorf("%w: unknown access type %d", volume.ErrInvalidName, id.AccessType)
 	}
 	return s, nil
 }
@@ -155,16 +155,6 @@ func (l Layout) PodsDir() string { return filepath.Join(l.root, podsDir) }
 // PluginDir returns <root>/plugins/kubernetes.io/csi, the parent of every
 // staged-volume directory and of the block layout.
 func (l Layout) PluginDir() string { return filepath.Join(l.root, pluginsDir, pluginNamespace, csiDir) }
-
-// PodDir returns <root>/pods/<podUID>, the directory holding everything of
-// one pod.
-func (l Layout) PodDir(pod types.UID) (string, error) {
-	uid := string(pod)
-	if err := checkComponent("pod UID", uid); err != nil {
-		return "", err
-	}
-	return l.build(podsDir, uid)
-}
 
 // HandleHash returns hex(sha256(handle)), the name of a volume's staging
 // directory (the kubelet's makeDeviceMountPath).

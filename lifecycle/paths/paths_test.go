@@ -36,7 +36,7 @@ func TestNewRejectsRelativeRoots(t *testing.T) {
 	}
 }
 
-// TestKubeletPaths pins the paths to the kubelet's (reference §1.3, §1.4, §1.6).
+// TestKubeletPaths pins the paths to the kubelet's (pkg/volume/csi: csi_attacher.go makeDeviceMountPath, csi_mounter.go getTargetPath, csi_block.go).
 func TestKubeletPaths(t *testing.T) {
 	l := layout(t, root)
 	// printf vol-1 | sha256sum
@@ -45,7 +45,7 @@ func TestKubeletPaths(t *testing.T) {
 		t.Fatalf("HandleHash(vol-1) = %q, want %q", got, h)
 	}
 
-	fs, err := l.Staging(volume.Source{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", AccessType: volume.Filesystem})
+	fs, err := l.Staging(volume.ID{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", AccessType: volume.Filesystem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestKubeletPaths(t *testing.T) {
 		t.Errorf("filesystem Staging = %+v, want dir %s with globalmount and vol_data.json", fs, wantDir)
 	}
 
-	blk, err := l.Staging(volume.Source{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", PVName: "pv-1", AccessType: volume.Block})
+	blk, err := l.Staging(volume.ID{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", PVName: "pv-1", AccessType: volume.Block})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +89,6 @@ func TestKubeletPaths(t *testing.T) {
 	if filepath.Base(escaped.Dir) != "a~b" {
 		t.Errorf("Publishing of \"a/b\" uses directory %q, want the escaped a~b", filepath.Base(escaped.Dir))
 	}
-
-	podDir, err := l.PodDir("uid-1")
-	if err != nil || podDir != root+"/pods/uid-1" {
-		t.Errorf("PodDir = %q, %v", podDir, err)
-	}
 }
 
 func TestRejectsEscapingNames(t *testing.T) {
@@ -126,7 +121,7 @@ func TestRejectsEscapingNames(t *testing.T) {
 			}
 		})
 	}
-	for _, src := range []volume.Source{
+	for _, src := range []volume.ID{
 		{Driver: "..", Handle: "h", AccessType: volume.Filesystem},
 		{Driver: "a/b", Handle: "h", AccessType: volume.Filesystem},
 		{Driver: "", Handle: "h", AccessType: volume.Filesystem},
@@ -141,7 +136,7 @@ func TestRejectsEscapingNames(t *testing.T) {
 		}
 	}
 	// A huge handle is fine: it is hashed.
-	if _, err := l.Staging(volume.Source{Driver: "d", Handle: strings.Repeat("h", 1<<16), AccessType: volume.Filesystem}); err != nil {
+	if _, err := l.Staging(volume.ID{Driver: "d", Handle: strings.Repeat("h", 1<<16), AccessType: volume.Filesystem}); err != nil {
 		t.Errorf("Staging with a 64 KiB handle: %v", err)
 	}
 	// ../x escapes to a single harmless component.
@@ -173,7 +168,7 @@ func TestParseRoundTrip(t *testing.T) {
 			t.Errorf("ParseTarget(%s) = %+v", p.Target, got)
 		}
 	}
-	s, err := l.Staging(volume.Source{Driver: "d.example.com", Handle: "h", AccessType: volume.Filesystem})
+	s, err := l.Staging(volume.ID{Driver: "d.example.com", Handle: "h", AccessType: volume.Filesystem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +244,8 @@ func TestScanFindsWhatWasBuilt(t *testing.T) {
 		}
 	}
 
-	s1, _ := l.Staging(volume.Source{Driver: "d1", Handle: "h1", AccessType: volume.Filesystem})
-	s2, _ := l.Staging(volume.Source{Driver: "d2", Handle: "h2", PVName: "pv", AccessType: volume.Block})
+	s1, _ := l.Staging(volume.ID{Driver: "d1", Handle: "h1", AccessType: volume.Filesystem})
+	s2, _ := l.Staging(volume.ID{Driver: "d2", Handle: "h2", PVName: "pv", AccessType: volume.Block})
 	mk(s1.Path)
 	mk(s2.Dir)
 	mk(s2.Path) // volumeDevices/staging/pv must not be listed as a driver

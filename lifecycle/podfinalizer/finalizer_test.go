@@ -133,7 +133,7 @@ func TestPodIsDeletedOnceItsVolumesAreTornDown(t *testing.T) {
 	e := newEnv(t, k8stest.New(t), nil)
 	pod := e.createPod(t, "with-volume")
 	key := volume.PodKey{Volume: volume.PersistentName("d", "h"), Pod: pod.UID}
-	id := asw.VolumeID{Driver: "d", Handle: "h", PVName: "pv", AccessType: volume.Filesystem}
+	id := volume.ID{Driver: "d", Handle: "h", PVName: "pv", AccessType: volume.Filesystem}
 	e.actual.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: "/t"})
 
 	e.markForDeletion(t, pod)

@@ -24,6 +24,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 const (
@@ -33,7 +34,8 @@ const (
 	eventTimeout = 60 * time.Second
 )
 
-// stack is a real Source, dsw.Store, policy.Store and Populator over one
+// stack is a real Source, dsw.Store, CSIDriver policy store (the one the
+// wiring gives the lifecycle) and Populator over one
 // clientset, running until the test ends.
 type stack struct {
 	src   *source.Source
@@ -63,7 +65,7 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		t.Fatalf("source.New: %v", err)
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers())
+	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers(), volume.PolicyFromCSIDriver, volume.Policy.Equal)
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)
 	}

@@ -177,11 +177,14 @@ func TestIntegrationWatchesOnlyReferenced(t *testing.T) {
 		uids = append(uids, api.pod(ctx, t, fmt.Sprintf("app-%d", i), fmt.Sprintf("data-%d", i)).UID)
 	}
 	for _, uid := range uids {
-		eventually(ctx, t, "pod volume desired", func() bool { return len(s.store.PodUses(uid)) == 1 })
+		eventually(ctx, t, "pod volume desired", func() bool {
+			p, _ := s.store.Pod(uid)
+			return len(p.Uses) == 1
+		})
 	}
 	st := s.src.Stats()
 	want := map[source.Kind]int{
-		source.KindPod: 1, source.KindNode: 1,
+		source.KindPod:                   1,
 		source.KindPersistentVolumeClaim: 2, source.KindPersistentVolume: 2, source.KindVolumeAttachment: 2,
 	}
 	for kind, n := range want {
@@ -194,7 +197,7 @@ func TestIntegrationWatchesOnlyReferenced(t *testing.T) {
 	}
 	// The API server agrees: these are open WATCH requests (pods: 1 by
 	// node; CSIDrivers: the policy informer's 1).
-	serverWant := map[string]int{"pods": 1, "nodes": 1, "persistentvolumeclaims": 2, "persistentvolumes": 2, "volumeattachments": 2, "csidrivers": 1}
+	serverWant := map[string]int{"pods": 1, "persistentvolumeclaims": 2, "persistentvolumes": 2, "volumeattachments": 2, "csidrivers": 1}
 	eventually(ctx, t, "API server counts the watches", func() bool {
 		got := serverWatches(ctx, t, fx.Client)
 		for res, n := range serverWant {

@@ -4,9 +4,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Pods is where the populator finds the node's pods. *source.Source
@@ -57,11 +57,11 @@ type DesiredState interface {
 }
 
 // DriverPolicies tells how each CSI driver is configured (its CSIDriver
-// object). *policy.Store implements it.
+// object).
 type DriverPolicies interface {
 	// Get returns the policy of a driver, with the kubelet's defaults when
 	// it has no CSIDriver object.
-	Get(driver string) policy.Policy
+	Get(driver string) volume.Policy
 	// OnChange subscribes fn to changes of a driver's policy.
 	OnChange(fn func(driver string))
 	// HasSynced tells whether Get answers from the API server's state.
@@ -69,7 +69,6 @@ type DriverPolicies interface {
 }
 
 var (
-	_ Source         = &source.Source{}
-	_ DesiredState   = &dsw.Store{}
-	_ DriverPolicies = &policy.Store{}
+	_ Source       = &source.Source{}
+	_ DesiredState = &dsw.Store{}
 )

@@ -228,7 +228,7 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	if cur, ok := p.cfg.DesiredState.Pod(uid); ok {
 		previous = cur.Uses
 	}
-	r := p.newResolver(klog.NewContext(ctx, logger), pod, previous)
+	r := p.newResolver(logger, pod, previous)
 	res, err := r.resolve()
 	if err != nil {
 		return err

@@ -256,7 +256,7 @@ func TestSourceFields(t *testing.T) {
 		t.Fatal("use of h1 by p is not desired")
 	}
 	want := volume.Source{
-		Driver: driver, Handle: "h1", PVName: "pv1", AccessType: volume.Filesystem,
+		ID:            volume.ID{Driver: driver, Handle: "h1", PVName: "pv1", AccessType: volume.Filesystem},
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		FSType:        "ext4",
 		MountOptions:  []string{"discard", "noatime", "nodiratime"},
@@ -303,7 +303,7 @@ func TestInlineFields(t *testing.T) {
 		t.Fatal("inline volume is not desired")
 	}
 	want := volume.Source{
-		Driver: driver, Handle: volume.InlineHandle("uid-p", "cache"), Inline: true, AccessType: volume.Filesystem,
+		ID: volume.ID{Driver: driver, Handle: volume.InlineHandle("uid-p", "cache"), AccessType: volume.Filesystem}, Inline: true,
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		FSType:        "xfs",
 		Attributes:    map[string]string{"size": "1Gi"},

@@ -1,7 +1,6 @@
 package populator
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -32,7 +31,7 @@ const (
 
 // resolver resolves the volumes of one pod. It is used by one goroutine.
 type resolver struct {
-	ctx     context.Context
+	logger  klog.Logger
 	p       *Populator
 	pod     *corev1.Pod
 	info    volume.PodInfo
@@ -67,11 +66,11 @@ type claimVolume struct {
 	pvc       *corev1.PersistentVolumeClaim
 }
 
-func (p *Populator) newResolver(ctx context.Context, pod *corev1.Pod, previous []dsw.Use) *resolver {
+func (p *Populator) newResolver(logger klog.Logger, pod *corev1.Pod, previous []dsw.Use) *resolver {
 	r := &resolver{
-		ctx: ctx,
-		p:   p,
-		pod: pod,
+		logger: logger,
+		p:      p,
+		pod:    pod,
 		info: volume.PodInfo{
 			UID:            pod.UID,
 			Namespace:      pod.Namespace,
@@ -245,10 +244,7 @@ func (r *resolver) persistent(c *claimVolume) error {
 		r.fail(c.spec, invalid("CSI driver %q does not support Persistent volumes (PV %q)", csi.Driver, pvName))
 	default:
 		src := volume.Source{
-			Driver:        csi.Driver,
-			Handle:        csi.VolumeHandle,
-			PVName:        pv.Name,
-			AccessType:    accessType,
+			ID:            volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
 			AccessModes:   slices.Clone(pv.Spec.AccessModes),
 			FSType:        csi.FSType,
 			MountOptions:  mountOptions(pv),
@@ -283,10 +279,8 @@ func (r *resolver) inline(spec string, csi *corev1.CSIVolumeSource) {
 		r.fail(spec, invalid("CSI driver %q does not support inline (Ephemeral) volumes", csi.Driver))
 	default:
 		src := volume.Source{
-			Driver:      csi.Driver,
-			Handle:      volume.InlineHandle(r.pod.UID, spec),
+			ID:          volume.ID{Driver: csi.Driver, Handle: volume.InlineHandle(r.pod.UID, spec), AccessType: volume.Filesystem},
 			Inline:      true,
-			AccessType:  volume.Filesystem,
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Attributes:  maps.Clone(csi.VolumeAttributes),
 		}
@@ -312,7 +306,7 @@ func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnl
 // resolution (see resolver.previous).
 func (r *resolver) fail(spec string, err error) {
 	if prev, ok := r.previous[spec]; ok {
-		klog.FromContext(r.ctx).V(2).Info("Keeping the desired volume of a running pod although it no longer resolves",
+		r.logger.V(2).Info("Keeping the desired volume of a running pod although it no longer resolves",
 			"volume", prev.Name, "specName", spec, "reason", err.Error())
 		r.keepAttachment(prev)
 		r.res.uses = append(r.res.uses, prev)

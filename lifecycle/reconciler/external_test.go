@@ -15,12 +15,12 @@ import (
 func TestExternalVolumesAreLeftToTheirCaller(t *testing.T) {
 	h := newHarness(t)
 	ext := volume.PersistentName(testDriver, "co-volume")
-	extID := asw.VolumeID{Driver: testDriver, Handle: "co-volume", AccessType: volume.Filesystem}
+	extID := volume.ID{Driver: testDriver, Handle: "co-volume", AccessType: volume.Filesystem}
 	extPod := volume.PodKey{Volume: ext, Pod: "front-0123"}
 	h.actual.RecordStage(ext, extID, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: "/co/staging", External: true})
 	h.actual.RecordPublish(extPod, extID, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: "/co/target", External: true})
 	orphan := volume.PersistentName(testDriver, "orphan")
-	h.actual.RecordStage(orphan, asw.VolumeID{Driver: testDriver, Handle: "orphan", PVName: "pv-orphan", AccessType: volume.Filesystem},
+	h.actual.RecordStage(orphan, volume.ID{Driver: testDriver, Handle: "orphan", PVName: "pv-orphan", AccessType: volume.Filesystem},
 		asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: "/root/plugins/orphan/globalmount"})
 
 	close(h.synced)

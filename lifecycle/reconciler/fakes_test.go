@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
@@ -34,8 +33,8 @@ type fakeOps struct {
 
 var _ Operations = &fakeOps{}
 
-func id(src volume.Source) asw.VolumeID {
-	return asw.VolumeID{Driver: src.Driver, Handle: src.Handle, PVName: src.PVName, AccessType: src.AccessType}
+func id(src volume.Source) volume.ID {
+	return volume.ID{Driver: src.Driver, Handle: src.Handle, PVName: src.PVName, AccessType: src.AccessType}
 }
 
 func (f *fakeOps) record(call string) error {
@@ -113,8 +112,8 @@ func (f *fakeOps) Unstage(_ context.Context, name volume.Name) error {
 
 type fakePolicies struct{ attachRequired bool }
 
-func (f fakePolicies) Get(string) policy.Policy {
-	p := policy.Default()
+func (f fakePolicies) Get(string) volume.Policy {
+	p := volume.DefaultPolicy()
 	p.AttachRequired = f.attachRequired
 	return p
 }
@@ -123,8 +122,8 @@ func (f fakePolicies) Get(string) policy.Policy {
 // need no attach.
 type policyByDriver map[string]bool
 
-func (f policyByDriver) Get(driver string) policy.Policy {
-	p := policy.Default()
+func (f policyByDriver) Get(driver string) volume.Policy {
+	p := volume.DefaultPolicy()
 	p.AttachRequired = f[driver]
 	return p
 }
@@ -276,7 +275,7 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 }
 
 func pvSource(handle string) volume.Source {
-	return volume.Source{Driver: testDriver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem}
+	return volume.Source{ID: volume.ID{Driver: testDriver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem}}
 }
 
 // setPod makes pod uid want the given sources.

@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
@@ -57,10 +56,10 @@ type Operations interface {
 	Unstage(ctx context.Context, name volume.Name) error
 }
 
-// Policies gives a driver's CSIDriver policy; *policy.Store implements it.
+// Policies gives a driver's CSIDriver policy.
 type Policies interface {
 	// Get returns the named driver's policy.
-	Get(driverName string) policy.Policy
+	Get(driverName string) volume.Policy
 }
 
 // Drivers says whether a driver is registered; the registry implements it.

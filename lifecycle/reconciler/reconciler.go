@@ -102,8 +102,9 @@ type Reconciler struct {
 	ready map[types.UID]bool
 }
 
-// New returns a Reconciler. Call Subscribe-style wiring methods (OnDriver,
-// OnAttachment, OnReported) from the event sources, then Run.
+// New returns a Reconciler. Subscribe DesiredStateHandler to the desired
+// state and have the event sources call DriverRegistered, PolicyChanged,
+// AttachmentChanged and Reported; then Run.
 func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
@@ -134,7 +133,7 @@ func TestAttachWaitsForVolumesInUse(t *testing.T) {
 func TestInlineVolumeIsPublishedWithoutStage(t *testing.T) {
 	h := newHarness(t)
 	close(h.synced)
-	src := volume.Source{Driver: testDriver, Handle: volume.InlineHandle("p1", "inline"), Inline: true, AccessType: volume.Filesystem}
+	src := volume.Source{ID: volume.ID{Driver: testDriver, Handle: volume.InlineHandle("p1", "inline"), AccessType: volume.Filesystem}, Inline: true}
 	name := volume.InlineName("p1", "inline")
 	h.setPod("p1", src)
 	h.waitCalls(t, "publish "+string(name)+"@p1")
@@ -200,7 +199,7 @@ func TestVolumesInUseOnlyWhenAttachRequired(t *testing.T) {
 	h.drivers.mu.Lock()
 	h.drivers.registered[noAttach] = true
 	h.drivers.mu.Unlock()
-	h.setPod("p1", pvSource("h1"), volume.Source{Driver: noAttach, Handle: "h2", PVName: "pv-h2", AccessType: volume.Filesystem})
+	h.setPod("p1", pvSource("h1"), volume.Source{ID: volume.ID{Driver: noAttach, Handle: "h2", PVName: "pv-h2", AccessType: volume.Filesystem}})
 	eventually(t, "p1 ready", func() bool { s, _ := h.status.get("p1"); return s.Ready })
 	inUse.mu.Lock()
 	got := slices.Clone(inUse.set)
@@ -226,7 +225,7 @@ type lockedPolicies struct {
 	p  policyByDriver
 }
 
-func (l lockedPolicies) Get(driver string) policy.Policy {
+func (l lockedPolicies) Get(driver string) volume.Policy {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.p.Get(driver)

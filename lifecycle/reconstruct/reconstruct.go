@@ -16,14 +16,18 @@ import (
 // ActualState is where reconstruction records what it finds; *asw.World
 // implements it.
 type ActualState interface {
+	// Volume returns what is recorded about a volume.
+	Volume(name volume.Name) (asw.Volume, bool)
+	// Pod returns what is recorded about one pod's publish of a volume.
+	Pod(key volume.PodKey) (asw.Pod, bool)
 	// AddReconstructedVolume records a staged volume as uncertain.
-	AddReconstructedVolume(name volume.Name, id asw.VolumeID, stagingPath string)
+	AddReconstructedVolume(name volume.Name, id volume.ID, stagingPath string)
 	// AddReconstructedPod records a pod's publish as uncertain.
-	AddReconstructedPod(key volume.PodKey, id asw.VolumeID, targetPath string)
+	AddReconstructedPod(key volume.PodKey, id volume.ID, targetPath string)
 	// RecordStage records a stage state the mount table proves.
-	RecordStage(name volume.Name, id asw.VolumeID, o asw.StageOutcome)
+	RecordStage(name volume.Name, id volume.ID, o asw.StageOutcome)
 	// RecordPublish records a publish state the mount table proves.
-	RecordPublish(key volume.PodKey, id asw.VolumeID, o asw.PublishOutcome)
+	RecordPublish(key volume.PodKey, id volume.ID, o asw.PublishOutcome)
 }
 
 // Mounts inspects the mount table; k8s.io/mount-utils' mount.Interface
@@ -33,19 +37,45 @@ type Mounts interface {
 	IsMountPoint(file string) (bool, error)
 }
 
+var _ ActualState = &asw.World{}
+
 // Result counts what reconstruction found.
 type Result struct {
 	// Staged and Published count the volumes and pod publishes recorded.
 	Staged, Published int
 	// ProvenStaged and ProvenPublished count those whose mount is intact.
 	ProvenStaged, ProvenPublished int
-	// Failed lists the directories that could not be reconstructed (no or
-	// a corrupt record); they are left alone and logged.
+	// Failed lists the records that could not be reconstructed (missing,
+	// corrupt, or not matching their directory); they are left alone on
+	// disk and logged.
 	Failed []error
 }
 
-// Run rebuilds state into st from the layout under root.
+func (r *Result) add(o Result) {
+	r.Staged += o.Staged
+	r.Published += o.Published
+	r.ProvenStaged += o.ProvenStaged
+	r.ProvenPublished += o.ProvenPublished
+	r.Failed = append(r.Failed, o.Failed...)
+}
+
+// Run rebuilds the actual state into st, once at start before anything
+// may be torn down: first from the kubelet layout under the root (the
+// staged-volume records and the pod volume directories), then from the
+// front endpoint's records (front). What fails is left alone on disk,
+// logged and listed in Result.Failed; the error is for a root that cannot
+// be scanned at all.
 func Run(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualState) (Result, error) {
+	res, err := kubelet(ctx, layout, mounts, st)
+	if err != nil {
+		return res, err
+	}
+	res.add(front(ctx, layout, mounts, st))
+	return res, nil
+}
+
+// kubelet reconstructs what the kubelet layout records.
+func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualState) (Result, error) {
 	logger := klog.FromContext(ctx)
 	var res Result
 	staged, err := layout.StagedVolumes()
@@ -82,9 +112,9 @@ func reconstructStaged(ctx context.Context, layout paths.Layout, sv paths.Staged
 		return fmt.Errorf("staged record %s names driver %q and a handle that do not match its directory", sv.Record, rec.DriverName)
 	}
 	name := volume.PersistentName(rec.DriverName, rec.VolumeHandle)
-	id := asw.VolumeID{Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: rec.PVName, AccessType: rec.AccessType}
+	id := volume.ID{Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: rec.PVName, AccessType: rec.AccessType}
 	// The staging path comes from the layout, never from the record.
-	staging, err := layout.Staging(volume.Source{Driver: id.Driver, Handle: id.Handle, PVName: id.PVName, AccessType: id.AccessType})
+	staging, err := layout.Staging(id)
 	if err != nil {
 		return fmt.Errorf("staged record %s: %w", sv.Record, err)
 	}
@@ -116,7 +146,7 @@ func reconstructPublished(ctx context.Context, pv paths.PodVolume, mounts Mounts
 	if rec.VolumeLifecycleMode == storagev1.VolumeLifecycleEphemeral {
 		pvName = ""
 	}
-	id := asw.VolumeID{Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: pvName, AccessType: pv.AccessType}
+	id := volume.ID{Driver: rec.DriverName, Handle: rec.VolumeHandle, PVName: pvName, AccessType: pv.AccessType}
 	key := volume.PodKey{Volume: name, Pod: pv.Pod}
 	// The target comes from the layout, never from the record.
 	st.AddReconstructedPod(key, id, pv.Target)

@@ -49,8 +49,8 @@ func (f *fixture) bindMount(target string) {
 
 func (f *fixture) staged(handle string, mounted bool) volume.Name {
 	f.t.Helper()
-	src := volume.Source{Driver: driver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem}
-	st, err := f.layout.Staging(src)
+	src := volume.Source{ID: volume.ID{Driver: driver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem}}
+	st, err := f.layout.Staging(src.ID)
 	if err != nil {
 		f.t.Fatal(err)
 	}

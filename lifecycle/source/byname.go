@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
@@ -45,13 +46,13 @@ type byNameCache struct {
 	// deleted, or whose watch received its first list.
 	onChange func(key cache.ObjectName)
 
-	// mu protects ctx, stopped and items; wg counts running reflectors.
-	mu sync.Mutex
-	// ctx is set by run; until then watches are created but not started.
-	ctx     context.Context
-	stopped bool
-	items   map[cache.ObjectName]*watchItem
-	wg      sync.WaitGroup
+	// mu protects items; wg counts running reflectors.
+	mu    sync.Mutex
+	items map[cache.ObjectName]*watchItem
+	wg    sync.WaitGroup
+	// starts holds the keys whose reflector run is to start: run owns the
+	// context the reflectors run in, watch only asks.
+	starts workqueue.TypedInterface[cache.ObjectName]
 }
 
 type watchItem struct {
@@ -70,21 +71,20 @@ func newByNameCache(kind Kind, resource schema.GroupResource, expected runtime.O
 		expected: expected,
 		onChange: onChange,
 		items:    make(map[cache.ObjectName]*watchItem),
+		starts:   workqueue.NewTyped[cache.ObjectName](),
 	}
 }
 
-// watch starts watching key (its first reference).
+// watch starts watching key (its first reference): run starts its
+// reflector.
 func (c *byNameCache) watch(key cache.ObjectName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.items[key]; ok {
 		return
 	}
-	item := &watchItem{store: newObjectStore(key, func() { c.onChange(key) })}
-	c.items[key] = item
-	if c.ctx != nil && !c.stopped {
-		c.startLocked(key, item)
-	}
+	c.items[key] = &watchItem{store: newObjectStore(key, func() { c.onChange(key) })}
+	c.starts.Add(key)
 }
 
 // unwatch stops watching key (its last reference is gone).
@@ -101,13 +101,14 @@ func (c *byNameCache) unwatch(key cache.ObjectName) {
 	}
 }
 
-// startLocked runs the reflector of one object until its context ends.
-func (c *byNameCache) startLocked(key cache.ObjectName, item *watchItem) {
+// startLocked runs the reflector of one object until ctx ends or the
+// object is unwatched.
+func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, item *watchItem) {
 	// Routine reflector lines (started, listing, caches populated, and
 	// client-go's note that watch-list is off) are per object here: two
 	// levels deeper than the reflectors of informers. Errors are not
 	// affected by the level.
-	logger := klog.FromContext(c.ctx).V(2)
+	logger := klog.FromContext(ctx).V(2)
 	reflector := cache.NewReflectorWithOptions(
 		&byNameListWatch{key: key, funcs: c.lw},
 		c.expected,
@@ -119,12 +120,12 @@ func (c *byNameCache) startLocked(key cache.ObjectName, item *watchItem) {
 			MinWatchTimeout: minWatchTimeout,
 		},
 	)
-	ctx, cancel := context.WithCancel(c.ctx)
+	runCtx, cancel := context.WithCancel(ctx)
 	item.cancel = cancel
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		reflector.RunWithContext(ctx)
+		reflector.RunWithContext(runCtx)
 	}()
 }
 
@@ -228,16 +229,24 @@ func singleItemList(list, obj runtime.Object) (runtime.Object, error) {
 // referenced later, and stops them all when ctx ends. It blocks until all
 // reflectors have returned.
 func (c *byNameCache) run(ctx context.Context) {
-	c.mu.Lock()
-	c.ctx = ctx
-	for key, item := range c.items {
-		c.startLocked(key, item)
+	go func() {
+		<-ctx.Done()
+		c.starts.ShutDown()
+	}()
+	for {
+		key, shutdown := c.starts.Get()
+		if shutdown {
+			break
+		}
+		c.mu.Lock()
+		if item, ok := c.items[key]; ok && item.cancel == nil && ctx.Err() == nil {
+			c.startLocked(ctx, key, item)
+		}
+		c.mu.Unlock()
+		c.starts.Done(key)
 	}
-	c.mu.Unlock()
 
-	<-ctx.Done()
 	c.mu.Lock()
-	c.stopped = true
 	for _, item := range c.items {
 		if item.cancel != nil {
 			item.cancel()
@@ -262,18 +271,6 @@ func (c *byNameCache) get(key cache.ObjectName) (runtime.Object, error) {
 		return nil, apierrors.NewNotFound(c.resource, key.Name)
 	}
 	return obj, nil
-}
-
-// synced tells whether key is watched and its watch received its first list.
-func (c *byNameCache) synced(key cache.ObjectName) bool {
-	c.mu.Lock()
-	item, ok := c.items[key]
-	c.mu.Unlock()
-	if !ok {
-		return false
-	}
-	_, synced := item.store.get()
-	return synced
 }
 
 func (c *byNameCache) hasSynced() bool { return true }

@@ -57,13 +57,6 @@ func (g AttachmentGetter) Get(name string) (*storagev1.VolumeAttachment, error) 
 	return va, err
 }
 
-// Node returns the agent's own Node from the cache: ErrNotSynced before the
-// first list, the API's NotFound when it does not exist. Never modify the
-// result.
-func (s *Source) Node() (*corev1.Node, error) {
-	return get[*corev1.Node](s.node, s.nodeKey)
-}
-
 func get[T runtime.Object](c objectCache, key cache.ObjectName) (T, error) {
 	var zero T
 	obj, err := c.get(key)

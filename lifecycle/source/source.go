@@ -32,7 +32,7 @@ type Config struct {
 	// cluster-wide informers instead of watching each referenced object by
 	// name. It saves one watch per referenced object, at the price of
 	// memory and API server load that grow with the cluster: only for small
-	// clusters. The Node is always watched by name.
+	// clusters.
 	ClusterWideInformers bool
 }
 
@@ -65,8 +65,6 @@ type Source struct {
 	podF     informers.SharedInformerFactory
 	clusterF informers.SharedInformerFactory // nil in by-name mode
 	caches   map[Kind]objectCache            // PVC, PV, VolumeAttachment
-	node     *byNameCache
-	nodeKey  cache.ObjectName
 	runOnce  sync.Once
 
 	// mu protects refs, users, podNames and the subscriber lists.
@@ -80,7 +78,6 @@ type Source struct {
 	podNames           map[cache.ObjectName]types.UID
 	podHandlers        []func(types.UID)
 	attachmentHandlers []func(volume.Name)
-	nodeHandlers       []func()
 }
 
 // refKey identifies a referenced object.
@@ -107,7 +104,6 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		cfg:      cfg,
 		logger:   logger,
 		caches:   make(map[Kind]objectCache),
-		nodeKey:  cache.ObjectName{Name: cfg.NodeName},
 		refs:     make(map[types.UID]*podRefs),
 		users:    make(map[refKey]map[types.UID]struct{}),
 		podNames: make(map[cache.ObjectName]types.UID),
@@ -125,19 +121,6 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 func (s *Source) setupObjects() error {
 	client := s.cfg.Client
 	core, storage := client.CoreV1(), client.StorageV1()
-	s.node = newByNameCache(KindNode, corev1.Resource("nodes"), &corev1.Node{}, listWatchFuncs{
-		get: func(ctx context.Context, _, name string) (runtime.Object, error) {
-			return core.Nodes().Get(ctx, name, metav1.GetOptions{})
-		},
-		list: func(ctx context.Context, _ string, o metav1.ListOptions) (runtime.Object, error) {
-			return core.Nodes().List(ctx, o)
-		},
-		watch: func(ctx context.Context, _ string, o metav1.ListOptions) (watch.Interface, error) {
-			return core.Nodes().Watch(ctx, o)
-		},
-		newList: func() runtime.Object { return &corev1.NodeList{} },
-	}, func(cache.ObjectName) { s.nodeChanged() })
-	s.node.watch(s.nodeKey) // the agent's own Node is always referenced
 
 	if s.cfg.ClusterWideInformers {
 		s.clusterF = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
@@ -212,7 +195,7 @@ func (s *Source) Run(ctx context.Context) {
 		s.clusterF.Start(ctx.Done())
 	}
 	var wg sync.WaitGroup
-	for _, c := range append(s.byNameCaches(), s.node) {
+	for _, c := range s.byNameCaches() {
 		wg.Go(func() { c.run(ctx) })
 	}
 	<-ctx.Done()
@@ -234,12 +217,12 @@ func (s *Source) byNameCaches() []*byNameCache {
 	return out
 }
 
-// HasSynced tells whether the pods of the node, the Node and (with
+// HasSynced tells whether the pods of the node and (with
 // ClusterWideInformers) the cluster-wide caches have been listed. Caches of
 // individual referenced objects sync later and report ErrNotSynced until
 // then.
 func (s *Source) HasSynced() bool {
-	if !s.podsReg.HasSynced() || !s.node.synced(s.nodeKey) {
+	if !s.podsReg.HasSynced() {
 		return false
 	}
 	for _, c := range s.caches {
@@ -254,7 +237,6 @@ func (s *Source) HasSynced() bool {
 func (s *Source) Stats() Stats {
 	st := Stats{Watches: map[Kind]int{KindPod: 1}, Objects: map[Kind]int{}}
 	st.Objects[KindPod] = len(s.podInf.GetIndexer().ListKeys())
-	st.Watches[KindNode], st.Objects[KindNode] = s.node.stats()
 	for kind, c := range s.caches {
 		st.Watches[kind], st.Objects[kind] = c.stats()
 	}
@@ -279,14 +261,6 @@ func (s *Source) OnAttachmentChange(fn func(volume.Name)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.attachmentHandlers = append(s.attachmentHandlers, fn)
-}
-
-// OnNodeChange subscribes fn to changes of the agent's own Node object
-// (including its first listing, creation and deletion). fn must not block.
-func (s *Source) OnNodeChange(fn func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nodeHandlers = append(s.nodeHandlers, fn)
 }
 
 func (s *Source) notifyPods(uids []types.UID) {
@@ -342,16 +316,6 @@ func (s *Source) objectChanged(kind Kind) func(cache.ObjectName) {
 	}
 }
 
-func (s *Source) nodeChanged() {
-	s.logger.V(5).Info("Node changed", "node", s.cfg.NodeName)
-	s.mu.Lock()
-	handlers := s.nodeHandlers
-	s.mu.Unlock()
-	for _, fn := range handlers {
-		fn()
-	}
-}
-
 func resourceOf(kind Kind) schema.GroupResource {
 	switch kind {
 	case KindPersistentVolumeClaim:
@@ -360,8 +324,6 @@ func resourceOf(kind Kind) schema.GroupResource {
 		return corev1.Resource("persistentvolumes")
 	case KindVolumeAttachment:
 		return storagev1.Resource("volumeattachments")
-	case KindNode:
-		return corev1.Resource("nodes")
 	case KindPod:
 		return corev1.Resource("pods")
 	}

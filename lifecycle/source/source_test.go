@@ -34,7 +34,6 @@ const (
 type events struct {
 	pods        chan types.UID
 	attachments chan volume.Name
-	node        chan struct{}
 }
 
 // start creates a Source, subscribes to it, runs it until the test ends and
@@ -49,11 +48,9 @@ func start(t *testing.T, client kubernetes.Interface, clusterWide bool) (*source
 	ev := &events{
 		pods:        make(chan types.UID, 1000),
 		attachments: make(chan volume.Name, 1000),
-		node:        make(chan struct{}, 1000),
 	}
 	src.OnPodChange(func(uid types.UID) { ev.pods <- uid })
 	src.OnAttachmentChange(func(n volume.Name) { ev.attachments <- n })
-	src.OnNodeChange(func() { ev.node <- struct{}{} })
 
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -234,19 +231,9 @@ func TestByNameWatchLifecycle(t *testing.T) {
 	}
 }
 
-func TestAttachmentsAndNode(t *testing.T) {
+func TestAttachments(t *testing.T) {
 	client := fake.NewClientset()
 	src, ev := start(t, client, false)
-
-	if _, err := src.Node(); !apierrors.IsNotFound(err) {
-		t.Errorf("Node() without a Node: err = %v, want NotFound", err)
-	}
-	if _, err := client.CoreV1().Nodes().Create(t.Context(),
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, ResourceVersion: "1"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ev.node, struct{}{}, "node")
-	eventually(t, "node cached", func() bool { _, err := src.Node(); return err == nil })
 
 	vol := volume.PersistentName("d.example.com", "h1")
 	va := volume.AttachmentName("h1", "d.example.com", node)

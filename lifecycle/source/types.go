@@ -30,7 +30,6 @@ const (
 	KindPersistentVolumeClaim Kind = "PersistentVolumeClaim"
 	KindPersistentVolume      Kind = "PersistentVolume"
 	KindVolumeAttachment      Kind = "VolumeAttachment"
-	KindNode                  Kind = "Node"
 )
 
 // References are the objects one pod's volumes need. The populator declares

@@ -21,7 +21,7 @@ func (e *rpcError) Error() string                  { return "CSI call on driver 
 func (e *rpcError) GRPCStatus() *grpcstatus.Status { return e.st }
 
 func TestBlockerReasonAndMessage(t *testing.T) {
-	src := volume.Source{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", PVName: "pvc-1"}
+	src := volume.Source{ID: volume.ID{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", PVName: "pvc-1"}}
 	stageErr := fmt.Errorf("staging at /var/lib/x: %w",
 		&rpcError{st: grpcstatus.New(codes.Internal, "disk gone")})
 	huge := strings.Repeat("h", 300)
@@ -102,7 +102,7 @@ func TestBlockerReasonAndMessage(t *testing.T) {
 		},
 		"inline volume, huge handle": {
 			b: Blocker{Step: volume.StepPublish, SpecName: "scratch",
-				Source: volume.Source{Driver: "d", Handle: huge, Inline: true}, Err: errors.New("x")},
+				Source: volume.Source{ID: volume.ID{Driver: "d", Handle: huge}, Inline: true}, Err: errors.New("x")},
 			wantReason: ReasonNodePublishFailed,
 			wantMessage: "volume scratch (driver d, handle " + huge[:128-len(ellipsis)] + ellipsis +
 				"): NodePublishVolume failed: x",

@@ -21,7 +21,7 @@ var testPodInfo = volume.PodInfo{UID: "uid-1", Namespace: "ns", Name: "p1"}
 // each failed step, and that teardown steps and steps in progress record
 // nothing.
 func TestVolumeFailedEvents(t *testing.T) {
-	fsSrc := volume.Source{Driver: "d", Handle: "h", PVName: "pvc-1", AccessType: volume.Filesystem}
+	fsSrc := volume.Source{ID: volume.ID{Driver: "d", Handle: "h", PVName: "pvc-1", AccessType: volume.Filesystem}}
 	blockSrc := fsSrc
 	blockSrc.AccessType = volume.Block
 	boom := errors.New("rpc error: code = Internal desc = boom")
@@ -103,7 +103,7 @@ func TestEventsThroughBroadcaster(t *testing.T) {
 	t.Cleanup(e.Shutdown)
 
 	b := status.Blocker{Step: volume.StepStage, SpecName: "data",
-		Source: volume.Source{Driver: "d", Handle: "h", PVName: "pvc-1"}, Err: errors.New("boom")}
+		Source: volume.Source{ID: volume.ID{Driver: "d", Handle: "h", PVName: "pvc-1"}}, Err: errors.New("boom")}
 	for range 3 {
 		e.VolumeFailed(testPodInfo, b)
 	}

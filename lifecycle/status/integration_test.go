@@ -92,7 +92,7 @@ func TestPodConditionOnRealPod(t *testing.T) {
 	w := runConditions(ctx, t, f.Client, newCountingLimiter(), 2)
 
 	b := status.Blocker{Step: volume.StepWaitForAttach, SpecName: "data",
-		Source: volume.Source{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", PVName: "pvc-1"},
+		Source: volume.Source{ID: volume.ID{Driver: "hostpath.csi.k8s.io", Handle: "vol-1", PVName: "pvc-1"}},
 		Err:    errors.New("waiting for VolumeAttachment csi-0123 to be attached")}
 	blockedStatus := status.Blocked(podInfo(pod), b)
 	w.Set(blockedStatus)
@@ -174,7 +174,7 @@ func TestVolumesInUseOnRealNode(t *testing.T) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); w.Run(runCtx) }()
+	go func() { defer close(done); w.Run(runCtx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	check := func(want ...corev1.UniqueVolumeName) {
@@ -210,7 +210,7 @@ func TestEventsOnRealAPIServer(t *testing.T) {
 	t.Cleanup(e.Shutdown)
 
 	e.VolumeFailed(podInfo(pod), status.Blocker{Step: volume.StepPublish, SpecName: "data",
-		Source: volume.Source{Driver: "d", Handle: "h", PVName: "pvc-1"}, Err: errors.New("target busy")})
+		Source: volume.Source{ID: volume.ID{Driver: "d", Handle: "h", PVName: "pvc-1"}}, Err: errors.New("target busy")})
 	e.Node(corev1.EventTypeWarning, status.EventDriverRegistrationFailed, "driver rejected")
 
 	find := func(ns string, kind, name string, uid types.UID) corev1.Event {

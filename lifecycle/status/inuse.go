@@ -29,11 +29,6 @@ type VolumesInUseConfig struct {
 	Client kubernetes.Interface
 	// NodeName is the Node this agent serves. Required.
 	NodeName string
-	// OnReported, if set, is called after each successful write with the
-	// names that the write newly reported (sorted), so that the caller can
-	// wake the volumes that wait for Reported. It runs on the writer's
-	// goroutine and must not block.
-	OnReported func(newlyReported []volume.Name)
 	// Queue tunes the workqueue.
 	Queue QueueOptions
 }
@@ -55,10 +50,9 @@ type VolumesInUseConfig struct {
 // whole, and every other field, status.volumesAttached (written by the
 // attach/detach controller) included, is left untouched.
 type VolumesInUse struct {
-	client     kubernetes.Interface
-	nodeName   string
-	onReported func([]volume.Name)
-	queue      workqueue.TypedRateLimitingInterface[string]
+	client   kubernetes.Interface
+	nodeName string
+	queue    workqueue.TypedRateLimitingInterface[string]
 
 	// mu guards desired and reported.
 	mu sync.Mutex
@@ -79,10 +73,9 @@ func NewVolumesInUse(cfg VolumesInUseConfig) (*VolumesInUse, error) {
 		return nil, errors.New("status: VolumesInUseConfig.NodeName is required")
 	}
 	return &VolumesInUse{
-		client:     cfg.Client,
-		nodeName:   cfg.NodeName,
-		onReported: cfg.OnReported,
-		queue:      newQueue(VolumesInUseQueueName, cfg.Queue),
+		client:   cfg.Client,
+		nodeName: cfg.NodeName,
+		queue:    newQueue(VolumesInUseQueueName, cfg.Queue),
 	}, nil
 }
 
@@ -111,15 +104,18 @@ func (v *VolumesInUse) Reported(name volume.Name) bool {
 	return found
 }
 
-// Run writes the set until ctx is done.
-func (v *VolumesInUse) Run(ctx context.Context) {
+// Run writes the set until ctx is done. After each successful write,
+// onReported (if not nil) is called with the names that the write newly
+// reported (sorted), so that the caller can wake the volumes that wait for
+// Reported; it runs on the writer's goroutine and must not block.
+func (v *VolumesInUse) Run(ctx context.Context, onReported func(newlyReported []volume.Name)) {
 	logger := klog.FromContext(ctx).WithName("volumes-in-use").WithValues("node", v.nodeName)
 	ctx = klog.NewContext(ctx, logger)
 	logger.V(2).Info("Starting volumesInUse writer")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runWorker(ctx, v.queue, v.sync)
+		runWorker(ctx, v.queue, func(ctx context.Context, key string) error { return v.sync(ctx, key, onReported) })
 	}()
 	<-ctx.Done()
 	v.queue.ShutDown()
@@ -128,7 +124,7 @@ func (v *VolumesInUse) Run(ctx context.Context) {
 }
 
 // sync writes the desired set if it differs from the reported one.
-func (v *VolumesInUse) sync(ctx context.Context, _ string) error {
+func (v *VolumesInUse) sync(ctx context.Context, _ string, onReported func([]volume.Name)) error {
 	v.mu.Lock()
 	want, before := v.desired, v.reported
 	v.mu.Unlock()
@@ -147,8 +143,8 @@ func (v *VolumesInUse) sync(ctx context.Context, _ string) error {
 	v.mu.Lock()
 	v.reported = want
 	v.mu.Unlock()
-	if added := difference(want, before); len(added) > 0 && v.onReported != nil {
-		v.onReported(added)
+	if added := difference(want, before); len(added) > 0 && onReported != nil {
+		onReported(added)
 	}
 	return nil
 }

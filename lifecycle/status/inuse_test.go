@@ -41,7 +41,7 @@ type inUseFixture struct {
 	ctx     context.Context
 
 	mu       sync.Mutex
-	reported [][]volume.Name // OnReported calls
+	reported [][]volume.Name // onReported calls
 }
 
 // startInUse starts a writer over a fake clientset holding the Node, with
@@ -56,12 +56,7 @@ func startInUse(t *testing.T) *inUseFixture {
 	w, err := status.NewVolumesInUse(status.VolumesInUseConfig{
 		Client:   f.client,
 		NodeName: testNode,
-		OnReported: func(names []volume.Name) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.reported = append(f.reported, names)
-		},
-		Queue: status.QueueOptions{RateLimiter: f.limiter},
+		Queue:    status.QueueOptions{RateLimiter: f.limiter},
 	})
 	if err != nil {
 		t.Fatalf("NewVolumesInUse() error: %v", err)
@@ -69,7 +64,12 @@ func startInUse(t *testing.T) *inUseFixture {
 	f.writer = w
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
+	onReported := func(names []volume.Name) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.reported = append(f.reported, names)
+	}
+	go func() { defer close(done); w.Run(ctx, onReported) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return f
 }
@@ -126,7 +126,7 @@ func (f *inUseFixture) onReported() [][]volume.Name {
 // TestVolumesInUseWritesChangesOnly: the first Set is written sorted and
 // de-duplicated, the same set again is not written, a smaller set and the
 // empty set are; volumesAttached is never touched; Reported follows what
-// was written; OnReported gets the newly reported names.
+// was written; onReported gets the newly reported names.
 func TestVolumesInUseWritesChangesOnly(t *testing.T) {
 	f := startInUse(t)
 
@@ -152,7 +152,7 @@ func TestVolumesInUseWritesChangesOnly(t *testing.T) {
 		t.Errorf("patches:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if r := f.onReported(); !reflect.DeepEqual(r, [][]volume.Name{{volA, volB}}) {
-		t.Errorf("OnReported calls = %v, want one with [%s %s]", r, volA, volB)
+		t.Errorf("onReported calls = %v, want one with [%s %s]", r, volA, volB)
 	}
 }
 
@@ -177,10 +177,10 @@ func TestVolumesInUseCoalesces(t *testing.T) {
 	if got := patches(f.client, "nodes"); len(got) != 2 {
 		t.Errorf("%d patches, want 2 (first set, last set):\n%s", len(got), strings.Join(got, "\n"))
 	}
-	// OnReported runs right after Reported changes.
-	waitFor(f.ctx, t, "OnReported", func() (bool, error) { return len(f.onReported()) == 2, nil })
+	// onReported runs right after Reported changes.
+	waitFor(f.ctx, t, "onReported", func() (bool, error) { return len(f.onReported()) == 2, nil })
 	if r := f.onReported(); !reflect.DeepEqual(r, [][]volume.Name{{volA}, {volB, volC}}) {
-		t.Errorf("OnReported calls = %v, want [[%s] [%s %s]]", r, volA, volB, volC)
+		t.Errorf("onReported calls = %v, want [[%s] [%s %s]]", r, volA, volB, volC)
 	}
 }
 
@@ -281,7 +281,7 @@ workqueue_depth{name="csi_volmgr_volumes_in_use"} 1
 	// Once the writers run, the queues drain.
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
-	go func() { inUse.Run(runCtx); done <- struct{}{} }()
+	go func() { inUse.Run(runCtx, nil); done <- struct{}{} }()
 	go func() { conds.Run(runCtx, 1); done <- struct{}{} }()
 	defer func() { cancel(); <-done; <-done }()
 	waitFor(ctx, t, "empty queues", func() (bool, error) {

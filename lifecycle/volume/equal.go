@@ -9,11 +9,8 @@ import (
 // parameters. A nil and an empty slice or map are equal; SecretRefs are
 // compared by value.
 func (s Source) Equal(o Source) bool {
-	return s.Driver == o.Driver &&
-		s.Handle == o.Handle &&
-		s.PVName == o.PVName &&
+	return s.ID == o.ID &&
 		s.Inline == o.Inline &&
-		s.AccessType == o.AccessType &&
 		slices.Equal(s.AccessModes, o.AccessModes) &&
 		s.FSType == o.FSType &&
 		slices.Equal(s.MountOptions, o.MountOptions) &&

@@ -9,7 +9,7 @@ import (
 func TestSourceEqualFields(t *testing.T) {
 	base := func() Source {
 		return Source{
-			Driver: "d", Handle: "h", PVName: "pv", AccessType: Filesystem,
+			ID:           ID{Driver: "d", Handle: "h", PVName: "pv", AccessType: Filesystem},
 			AccessModes:  []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			FSType:       "ext4",
 			MountOptions: []string{"ro"},

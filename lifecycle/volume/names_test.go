@@ -47,7 +47,7 @@ func TestNames(t *testing.T) {
 
 func TestPublishName(t *testing.T) {
 	pv := PodVolume{SpecName: "data"}
-	if got := pv.PublishName(Source{PVName: "pvc-123"}); got != "pvc-123" {
+	if got := pv.PublishName(Source{ID: ID{PVName: "pvc-123"}}); got != "pvc-123" {
 		t.Errorf("PV publish name = %q, want the PV name", got)
 	}
 	if got := pv.PublishName(Source{Inline: true}); got != "data" {
@@ -56,7 +56,8 @@ func TestPublishName(t *testing.T) {
 }
 
 func TestSourceEqual(t *testing.T) {
-	a := Source{Driver: "d", Handle: "h", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+	a := Source{
+		ID: ID{Driver: "d", Handle: "h"}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		StageSecret: &SecretRef{Namespace: "ns", Name: "s"}}
 	b := a
 	b.StageSecret = &SecretRef{Namespace: "ns", Name: "s"}

@@ -31,20 +31,29 @@ type SecretRef struct {
 	Name      string
 }
 
-// Source is what a volume is, independent of the pods that use it: the CSI
-// source of its PersistentVolume, or a pod's CSI inline volume. Two pods
-// using the same Name see the same Source.
-type Source struct {
+// ID is what a volume is on its driver: the part of a Source that the
+// actual state, the on-disk records and the paths all carry, so that each
+// names the volume the same way and whichever records it first records it
+// whole.
+type ID struct {
 	// Driver is the CSI driver name.
 	Driver string
 	// Handle is the CSI volume_id.
 	Handle string
 	// PVName is the PersistentVolume's name; empty for inline volumes.
 	PVName string
-	// Inline marks a CSI inline (ephemeral) volume.
-	Inline bool
 	// AccessType is Filesystem or Block.
 	AccessType AccessType
+}
+
+// Source is what a volume is, independent of the pods that use it: the CSI
+// source of its PersistentVolume, or a pod's CSI inline volume. Two pods
+// using the same Name see the same Source.
+type Source struct {
+	// ID names the volume on its driver.
+	ID
+	// Inline marks a CSI inline (ephemeral) volume.
+	Inline bool
 	// AccessModes are the PV's access modes; the kubelet uses only the first.
 	AccessModes []corev1.PersistentVolumeAccessMode
 	// FSType is the PV's (or inline volume's) fsType.

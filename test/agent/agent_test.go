@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // TestAgentPublishesPodVolume runs the agent binary against the real API
@@ -62,10 +62,10 @@ func TestAgentPublishesPodVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	staging, target := n.stagingPath(vol.handle), n.targetPath(pod.UID, vol.pvName)
-	want := []app.VolumeStatus{{
+	want := []volumemanager.VolumeStatus{{
 		Name: n.volumeName(vol.handle), Driver: n.driver, Handle: vol.handle, PVName: vol.pvName,
 		AccessType: "Filesystem", Attached: true, State: "Staged", StagingPath: staging,
-		Pods: []app.PodStatus{{UID: string(pod.UID), State: "Published", TargetPath: target}},
+		Pods: []volumemanager.PodStatus{{UID: string(pod.UID), State: "Published", TargetPath: target}},
 	}}
 	if diff := cmp.Diff(want, vols); diff != "" {
 		t.Errorf("csi-volmgr status -o json (-want +got):\n%s", diff)
@@ -170,7 +170,7 @@ func TestRegisterNode(t *testing.T) {
 	n.waitJournal(t, "NodeUnstageVolume", func(calls []plugin.Call) bool {
 		return len(succeeded(callsOf(calls, "NodeUnstageVolume", n.stagingPath(vol.handle)))) == 1
 	})
-	n.waitVolumes(t, "no volume", func(vols []app.VolumeStatus) bool { return len(vols) == 0 })
+	n.waitVolumes(t, "no volume", func(vols []volumemanager.VolumeStatus) bool { return len(vols) == 0 })
 	n.assertNothingLeft(t, pod)
 }
 

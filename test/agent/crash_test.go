@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // The process-level crash tests of issue 4: the agent is SIGKILLed at a
@@ -60,7 +60,7 @@ func TestCrashAfterStageBeforePublish(t *testing.T) {
 	if !isMountPoint(t, staging) || !isMountPoint(t, target) {
 		t.Errorf("after restart: staging mounted %v, target mounted %v; want both", isMountPoint(t, staging), isMountPoint(t, target))
 	}
-	n.waitVolumes(t, "the volume staged and published", func(vols []app.VolumeStatus) bool {
+	n.waitVolumes(t, "the volume staged and published", func(vols []volumemanager.VolumeStatus) bool {
 		v, ok := findVolume(vols, n.volumeName(vol.handle))
 		return ok && len(vols) == 1 && v.State == "Staged" && podState(v, pod.UID) == "Published" && v.LastError == nil
 	})
@@ -97,7 +97,7 @@ func TestCrashAfterUnpublishBeforeUnstage(t *testing.T) {
 	n.waitJournal(t, "NodeUnstageVolume after the restart", func(calls []plugin.Call) bool {
 		return len(succeeded(callsOf(calls, "NodeUnstageVolume", staging))) == 1
 	})
-	n.waitVolumes(t, "no volume", func(vols []app.VolumeStatus) bool { return len(vols) == 0 })
+	n.waitVolumes(t, "no volume", func(vols []volumemanager.VolumeStatus) bool { return len(vols) == 0 })
 	n.logStep(t, "unstaged after restart")
 
 	if mps := n.mountsBelowRoot(t); len(mps) != 0 {
@@ -143,7 +143,7 @@ func TestCrashMidPublishKeepsLivePodsVolume(t *testing.T) {
 	n.waitJournal(t, "the restarted agent retrying the second pod's NodePublishVolume", func(calls []plugin.Call) bool {
 		return len(callsOf(calls, "NodePublishVolume", secondTarget)) >= 2
 	})
-	n.waitVolumes(t, "the first pod published, the second not", func(vols []app.VolumeStatus) bool {
+	n.waitVolumes(t, "the first pod published, the second not", func(vols []volumemanager.VolumeStatus) bool {
 		v, ok := findVolume(vols, n.volumeName(vol.handle))
 		return ok && v.State == "Staged" && podState(v, first.UID) == "Published" && podState(v, second.UID) != "Published"
 	})
@@ -193,7 +193,7 @@ func TestRestartWithIntactMountsMakesNoCalls(t *testing.T) {
 	// Reconstruction records the volume as not known to be attached; it is
 	// attached again (a no-op without attachRequired) when the restarted
 	// agent syncs it, so this proves the volume was synced.
-	n.waitVolumes(t, "the volume synced after the restart", func(vols []app.VolumeStatus) bool {
+	n.waitVolumes(t, "the volume synced after the restart", func(vols []volumemanager.VolumeStatus) bool {
 		v, ok := findVolume(vols, n.volumeName(vol.handle))
 		return ok && v.Attached && v.State == "Staged" && podState(v, pod.UID) == "Published"
 	})
@@ -287,7 +287,7 @@ func TestCrashMidStageThenPodDeleted(t *testing.T) {
 	n.waitJournal(t, "NodeUnstageVolume after the restart", func(calls []plugin.Call) bool {
 		return len(succeeded(callsOf(calls, "NodeUnstageVolume", staging))) == 1
 	})
-	n.waitVolumes(t, "no volume", func(vols []app.VolumeStatus) bool { return len(vols) == 0 })
+	n.waitVolumes(t, "no volume", func(vols []volumemanager.VolumeStatus) bool { return len(vols) == 0 })
 	n.logStep(t, "unstaged after restart")
 
 	calls := nodeCalls(n.calls(t))
@@ -316,7 +316,7 @@ func TestPodDeletedWhileAgentDown(t *testing.T) {
 	n.waitJournal(t, "NodeUnstageVolume after the restart", func(calls []plugin.Call) bool {
 		return len(succeeded(callsOf(calls, "NodeUnstageVolume", n.stagingPath(vol.handle)))) == 1
 	})
-	n.waitVolumes(t, "no volume", func(vols []app.VolumeStatus) bool { return len(vols) == 0 })
+	n.waitVolumes(t, "no volume", func(vols []volumemanager.VolumeStatus) bool { return len(vols) == 0 })
 	n.logStep(t, "torn down after restart")
 
 	calls := nodeCalls(n.calls(t))
@@ -360,7 +360,7 @@ func TestStopLetsCallInFlightFinish(t *testing.T) {
 	n.setFaults(t)
 	n.startAgent(t)
 	n.waitVolumesReady(t, pod, corev1.ConditionTrue)
-	n.waitVolumes(t, "the volume synced after the restart", func(vols []app.VolumeStatus) bool {
+	n.waitVolumes(t, "the volume synced after the restart", func(vols []volumemanager.VolumeStatus) bool {
 		v, ok := findVolume(vols, n.volumeName(vol.handle))
 		return ok && v.Attached && podState(v, pod.UID) == "Published"
 	})
@@ -407,7 +407,7 @@ func TestRestartBeforeDriverReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitReady(t)
-	n.waitVolumes(t, "the reconstructed volume waiting for its driver", func(vols []app.VolumeStatus) bool {
+	n.waitVolumes(t, "the reconstructed volume waiting for its driver", func(vols []volumemanager.VolumeStatus) bool {
 		v, ok := findVolume(vols, n.volumeName(vol.handle))
 		return ok && len(v.Pods) == 1
 	})
@@ -419,7 +419,7 @@ func TestRestartBeforeDriverReturns(t *testing.T) {
 	n.waitJournal(t, "NodeUnstageVolume once the driver is back", func(calls []plugin.Call) bool {
 		return len(succeeded(callsOf(calls, "NodeUnstageVolume", n.stagingPath(vol.handle)))) == 1
 	})
-	n.waitVolumes(t, "no volume", func(vols []app.VolumeStatus) bool { return len(vols) == 0 })
+	n.waitVolumes(t, "no volume", func(vols []volumemanager.VolumeStatus) bool { return len(vols) == 0 })
 	n.logStep(t, "torn down once the driver registered")
 
 	calls := nodeCalls(n.calls(t))

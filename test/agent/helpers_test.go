@@ -24,11 +24,11 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 func TestMain(m *testing.M) {
@@ -143,7 +143,7 @@ func (n *node) waitDriverRegistered(t *testing.T) {
 	defer cancel()
 	err := pollUntil(ctx, func() bool {
 		drivers, err := n.agent.Drivers(ctx)
-		return err == nil && slices.ContainsFunc(drivers, func(d app.DriverStatus) bool { return d.Name == n.driver })
+		return err == nil && slices.ContainsFunc(drivers, func(d volumemanager.DriverStatus) bool { return d.Name == n.driver })
 	})
 	if err != nil {
 		t.Fatalf("driver %s not registered with the agent: %v", n.driver, err)
@@ -293,7 +293,7 @@ func volumesReady(pod *corev1.Pod) (corev1.PodCondition, bool) {
 }
 
 // waitVolumes waits until the agent's status API satisfies done.
-func (n *node) waitVolumes(t *testing.T, what string, done func([]app.VolumeStatus) bool) []app.VolumeStatus {
+func (n *node) waitVolumes(t *testing.T, what string, done func([]volumemanager.VolumeStatus) bool) []volumemanager.VolumeStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
@@ -447,17 +447,17 @@ func describeCalls(calls []plugin.Call) string {
 }
 
 // findVolume returns the volume named name from the status API's list.
-func findVolume(vols []app.VolumeStatus, name string) (app.VolumeStatus, bool) {
+func findVolume(vols []volumemanager.VolumeStatus, name string) (volumemanager.VolumeStatus, bool) {
 	for _, v := range vols {
 		if v.Name == name {
 			return v, true
 		}
 	}
-	return app.VolumeStatus{}, false
+	return volumemanager.VolumeStatus{}, false
 }
 
 // podState returns a pod's publish state of the volume, "" when absent.
-func podState(v app.VolumeStatus, uid types.UID) string {
+func podState(v volumemanager.VolumeStatus, uid types.UID) string {
 	for _, p := range v.Pods {
 		if p.UID == string(uid) {
 			return p.State

@@ -8,18 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
-	"github.com/csi-volmgr/csi-volmgr/csiclient"
-	"github.com/csi-volmgr/csi-volmgr/driver/nodeinfo"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // The reconciler's concurrency: reconciler.Config's documented defaults
@@ -44,14 +39,11 @@ type agentConfig struct {
 	clusterWide bool
 }
 
-// agent is csi-volmgr in this process: policy store, node info, driver
-// registry and lifecycle.Manager, wired as cmd/csi-volmgr/app/run.go wires
-// them, plus the readyProbe.
+// agent is csi-volmgr in this process: the volume manager the csi-volmgr
+// command runs, plus the readyProbe.
 type agent struct {
-	manager *lifecycle.Manager
-	drivers *registry.Registry
-	metrics *prometheus.Registry
-	probe   *readyProbe
+	vm    *volumemanager.VolumeManager
+	probe *readyProbe
 	// requests is every API request the agent sent.
 	requests *requestLog
 	// stop ends the agent and waits for it; safe to call more than once.
@@ -74,62 +66,41 @@ func startAgent(ctx context.Context, b *testing.B, c agentConfig) *agent {
 		b.Fatalf("agent client: %v", err)
 	}
 
-	a := &agent{metrics: prometheus.NewRegistry(), probe: newReadyProbe(), requests: requests}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers())
-	if err != nil {
-		b.Fatalf("policy.New: %v", err)
-	}
-	nodeInfo, err := nodeinfo.New(nodeinfo.Config{Client: client, NodeName: c.nodeName})
-	if err != nil {
-		b.Fatalf("nodeinfo.New: %v", err)
-	}
-	a.drivers, err = registry.New(registry.Config{
-		Dir: c.regDir, NodeInfo: nodeInfo, CSITimeout: opts.CSITimeout, Metrics: csiclient.NewMetrics(),
-	})
-	if err != nil {
-		b.Fatalf("registry.New: %v", err)
-	}
-	if c.onDriver != nil {
-		a.drivers.Subscribe(c.onDriver)
-	}
-	a.manager, err = lifecycle.New(lifecycle.Config{
-		Client: client, NodeName: c.nodeName, RootDir: c.rootDir,
-		Drivers: a.drivers, Policies: policies,
-		Registerer:           a.metrics,
-		ResyncPeriod:         opts.ResyncPeriod,
-		ClusterWideInformers: c.clusterWide,
-		Reconciler: reconciler.Config{
+	a := &agent{probe: newReadyProbe(), requests: requests}
+	vm, err := volumemanager.New(ctx, volumemanager.Config{
+		NodeName: c.nodeName, RootDir: c.rootDir, RegistrationDir: c.regDir, KubeClient: client,
+		ResyncPeriod: opts.ResyncPeriod, CSITimeout: opts.CSITimeout, ClusterWideInformers: c.clusterWide,
+		Tuning: volumemanager.Tuning{Reconciler: reconciler.Config{
 			VolumeWorkers: volumeWorkers, PodWorkers: podWorkers,
 			Ready: a.probe,
-		},
+		}},
 	})
 	if err != nil {
-		b.Fatalf("lifecycle.New: %v", err)
+		b.Fatalf("volumemanager.New: %v", err)
+	}
+	a.vm = vm
+	if c.onDriver != nil {
+		vm.Drivers().Subscribe(c.onDriver)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
-	factory.Start(runCtx.Done())
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	record := func(what string, err error) {
-		if err != nil && runCtx.Err() == nil {
+	wg.Go(func() {
+		if err := vm.Run(runCtx); err != nil && runCtx.Err() == nil {
 			mu.Lock()
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+			errs = append(errs, fmt.Errorf("volume manager: %w", err))
 			mu.Unlock()
 		}
-	}
-	wg.Go(func() { record("registry", a.drivers.Run(runCtx)) })
-	wg.Go(func() { record("manager", a.manager.Run(runCtx)) })
+	})
 	var once sync.Once
 	a.stop = func() {
 		once.Do(func() {
 			cancel()
 			wg.Wait()
-			factory.Shutdown()
 			if err := errors.Join(errs...); err != nil {
 				b.Errorf("agent: %v", err)
 			}
@@ -143,7 +114,7 @@ func startAgent(ctx context.Context, b *testing.B, c agentConfig) *agent {
 		if err := errors.Join(errs...); err != nil {
 			return false, err
 		}
-		return a.manager.Ready() && a.drivers.HasSynced() && policies.HasSynced(), nil
+		return vm.Ready(), nil
 	})
 	return a
 }

@@ -116,7 +116,7 @@ func BenchmarkDriverBound(b *testing.B) {
 	details(b, "CPU used while the agent worked (first op)", cpu)
 	details(b, "CPU used by the ideal run before the agent", idealCPU)
 	details(b, "API requests of this process while the agent worked (first op)", api)
-	details(b, "agent metrics over the whole run", histogramMeans(env.agent.metrics,
+	details(b, "agent metrics over the whole run", histogramMeans(env.agent.vm.Metrics(),
 		"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds", "storage_operation_duration_seconds"))
 	if agentTime.Seconds() > 1.2*ideal.Seconds() {
 		b.Logf("MISSED the issue's target (≤ 1.2 × ideal)")
@@ -150,7 +150,7 @@ func (e *benchEnv) waitIdle(ctx context.Context, b *testing.B, n int) {
 	b.Helper()
 	pluginName := metrics.PluginName(e.opts.driver)
 	waitFor(ctx, b, 100*time.Millisecond, runTimeout, fmt.Sprintf("%d pod volumes desired and the agent idle", n), func() (bool, error) {
-		families, err := e.agent.metrics.Gather()
+		families, err := e.agent.vm.Metrics().Gather()
 		if err != nil {
 			return false, err
 		}

@@ -277,7 +277,7 @@ func (e *benchEnv) deletePods(ctx context.Context, b *testing.B) time.Duration {
 	}
 	// Snapshot copies the whole actual state: poll it gently.
 	waitFor(ctx, b, 100*time.Millisecond, runTimeout, "every volume torn down", func() (bool, error) {
-		return len(e.agent.manager.Snapshot()) == 0, nil
+		return len(e.agent.vm.Volumes()) == 0, nil
 	})
 	took := time.Since(began)
 	if left := mountsBelow(b, e.root); len(left) > 0 {

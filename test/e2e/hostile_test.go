@@ -175,7 +175,7 @@ func TestHostileVolumes(t *testing.T) {
 	}
 	waitCalls(t, p, vol.ID, "good volume unstaged", hasOK(nodeUnstage, 1))
 	eventually(t, "agent holds no volume", func() (bool, error) {
-		if s := a.Manager.Snapshot(); len(s) > 0 {
+		if s := a.VM.Volumes(); len(s) > 0 {
 			return false, fmt.Errorf("agent holds %d volumes, first %s", len(s), truncateName(string(s[0].Name)))
 		}
 		return true, nil

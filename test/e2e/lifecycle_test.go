@@ -98,5 +98,5 @@ func TestPodWithPVC(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(vol.Path, "written-by-pod")); err != nil || string(got) != "hello" {
 		t.Errorf("the volume's data after teardown = %q, %v; want it kept", got, err)
 	}
-	eventually(t, "agent holds no volume", func() (bool, error) { return len(a.Manager.Snapshot()) == 0, nil })
+	eventually(t, "agent holds no volume", func() (bool, error) { return len(a.VM.Volumes()) == 0, nil })
 }

@@ -12,18 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/nodeinfo"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
-	"github.com/csi-volmgr/csi-volmgr/driver/registry"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 func TestMain(m *testing.M) { k8stest.Main(m, k8stest.Options{}) }
@@ -46,9 +41,8 @@ type agentOptions struct {
 	RetryBaseDelay, RetryMaxDelay time.Duration
 }
 
-// agent is csi-volmgr run in the test process, wired as
-// cmd/csi-volmgr/app/run.go wires it: CSIDriver policy store, node info
-// publisher, plugin-registration registry and the lifecycle Manager.
+// agent is csi-volmgr run in the test process: the volume manager the
+// csi-volmgr command runs, built from its Config.
 type agent struct {
 	f *k8stest.Fixture
 	// Base holds Root and nothing else the agent makes; the tests check
@@ -58,12 +52,8 @@ type agent struct {
 	Root string
 	// RegDir is the plugin-registration directory, <Root>/plugins_registry.
 	RegDir string
-	// Manager is the running lifecycle.
-	Manager *lifecycle.Manager
-	// Drivers is the running registry.
-	Drivers *registry.Registry
-	// Metrics gathers the lifecycle's metrics.
-	Metrics *prometheus.Registry
+	// VM is the running volume manager.
+	VM *volumemanager.VolumeManager
 }
 
 // newAgentDirs makes a short root directory for an agent (unix socket paths
@@ -103,63 +93,42 @@ func newAgentDirs(t *testing.T) (base, root string) {
 func startAgent(t *testing.T, f *k8stest.Fixture, opts agentOptions) *agent {
 	t.Helper()
 	base, root := newAgentDirs(t)
-	a := &agent{f: f, Base: base, Root: root, RegDir: filepath.Join(root, "plugins_registry"), Metrics: prometheus.NewRegistry()}
+	a := &agent{f: f, Base: base, Root: root, RegDir: filepath.Join(root, "plugins_registry")}
 
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
-
-	factory := informers.NewSharedInformerFactory(f.Client, 0)
-	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeInfo, err := nodeinfo.New(nodeinfo.Config{Client: f.Client, NodeName: f.NodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Drivers, err = registry.New(registry.Config{
-		Dir: a.RegDir, NodeInfo: nodeInfo, CSITimeout: opts.CSITimeout,
-		RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Manager, err = lifecycle.New(lifecycle.Config{
-		Client: f.Client, NodeName: f.NodeName, RootDir: root,
-		Drivers: a.Drivers, Policies: policies, Registerer: a.Metrics,
-		Reconciler: reconciler.Config{
-			RetryBaseDelay: cmp.Or(opts.RetryBaseDelay, 50*time.Millisecond), RetryMaxDelay: cmp.Or(opts.RetryMaxDelay, time.Second),
-			ShutdownGrace: 5 * time.Second,
+	vm, err := volumemanager.New(ctx, volumemanager.Config{
+		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, CSITimeout: opts.CSITimeout,
+		Tuning: volumemanager.Tuning{
+			Reconciler: reconciler.Config{
+				RetryBaseDelay: cmp.Or(opts.RetryBaseDelay, 50*time.Millisecond), RetryMaxDelay: cmp.Or(opts.RetryMaxDelay, time.Second),
+				ShutdownGrace: 5 * time.Second,
+			},
+			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
 		},
 	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-
-	errs := make(chan error, 2)
+	a.VM = vm
+	errs := make(chan error, 1)
 	stopped := make(chan struct{})
-	go func() { errs <- a.Drivers.Run(ctx) }()
-	go func() { errs <- a.Manager.Run(ctx); close(stopped) }()
+	go func() { errs <- vm.Run(ctx); close(stopped) }()
 	t.Cleanup(func() {
 		cancel()
-		var stopErr error
-		for range 2 {
-			stopErr = errors.Join(stopErr, <-errs)
-		}
-		factory.Shutdown()
-		if stopErr != nil && !errors.Is(stopErr, context.Canceled) {
-			t.Errorf("agent stopped with an error: %v", stopErr)
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent stopped with an error: %v", err)
 		}
 	})
 	eventually(t, "agent ready", func() (bool, error) {
 		select {
 		case <-stopped:
-			t.Fatal("the lifecycle Manager stopped before it was ready")
+			t.Fatal("the volume manager stopped before it was ready")
 		default:
 		}
-		return a.Manager.Ready(), nil
+		return a.VM.Ready(), nil
 	})
 	return a
 }
@@ -240,7 +209,7 @@ func unescapeMountPath(s string) string {
 // labels, and whether the series exists.
 func (a *agent) gauge(t *testing.T, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	families, err := a.Metrics.Gather()
+	families, err := a.VM.Metrics().Gather()
 	if err != nil {
 		t.Fatalf("gathering metrics: %v", err)
 	}

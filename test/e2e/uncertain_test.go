@@ -185,7 +185,7 @@ func assertTornDown(t *testing.T, a *agent, driver, handle string, pod *corev1.P
 		t.Errorf("mounts left under the root: %v (err %v)", mounts, err)
 	}
 	eventually(t, "agent forgot the volume", func() (bool, error) {
-		for _, v := range a.Manager.Snapshot() {
+		for _, v := range a.VM.Volumes() {
 			if v.Handle == handle {
 				return false, fmt.Errorf("agent still holds %+v", v)
 			}

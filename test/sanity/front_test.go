@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/front/fronttest"
+	"github.com/csi-volmgr/csi-volmgr/front/fronttest"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
 )
 

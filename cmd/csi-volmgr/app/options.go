@@ -1,11 +1,7 @@
 package app
 
 import (
-	"errors"
-	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -69,29 +65,9 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	logsapi.AddFlags(o.Logging, fs)
 }
 
-// Validate checks the options and fills derived defaults.
+// Validate checks the flag combinations that only the command has; the
+// volume manager checks the rest of its Config, and run names the flag of
+// each field it rejects.
 func (o *RunOptions) Validate() error {
-	var errs []error
-	if o.NodeName == "" {
-		errs = append(errs, errors.New("--node-name is required"))
-	}
-	if !filepath.IsAbs(o.RootDir) {
-		errs = append(errs, fmt.Errorf("--root-dir %q must be an absolute path", o.RootDir))
-	}
-	if o.RegistrationDir == "" {
-		o.RegistrationDir = filepath.Join(o.RootDir, "plugins_registry")
-	} else if !filepath.IsAbs(o.RegistrationDir) {
-		errs = append(errs, fmt.Errorf("--registration-dir %q must be an absolute path", o.RegistrationDir))
-	}
-	if o.HTTPEndpoint != "" {
-		if _, _, err := net.SplitHostPort(o.HTTPEndpoint); err != nil {
-			errs = append(errs, fmt.Errorf("--http-endpoint %q: %w", o.HTTPEndpoint, err))
-		}
-	}
-	if o.CSITimeout <= 0 || o.ResyncPeriod <= 0 {
-		errs = append(errs, errors.New("--csi-timeout and --resync-period must be positive"))
-	}
-	errs = append(errs, o.validateMode())
-	errs = append(errs, o.validateFront())
-	return errors.Join(errs...)
+	return o.validateMode()
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 type clientOptions struct {
@@ -67,8 +69,8 @@ func newStatusCommand() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			var vols []VolumeStatus
-			raw, err := o.get(cmd.Context(), volumesPath, &vols)
+			var vols []volumemanager.VolumeStatus
+			raw, err := o.get(cmd.Context(), volumemanager.VolumesPath, &vols)
 			if err != nil {
 				return err
 			}
@@ -83,7 +85,7 @@ func newStatusCommand() *cobra.Command {
 	return cmd
 }
 
-func printVolumes(out io.Writer, vols []VolumeStatus, now time.Time) error {
+func printVolumes(out io.Writer, vols []volumemanager.VolumeStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VOLUME\tDRIVER\tHANDLE\tSTATE\tPODS\tLAST ERROR")
 	for _, v := range vols {
@@ -105,14 +107,14 @@ func printVolumes(out io.Writer, vols []VolumeStatus, now time.Time) error {
 	return tw.Flush()
 }
 
-func displayName(v VolumeStatus) string {
+func displayName(v volumemanager.VolumeStatus) string {
 	if v.PVName != "" {
 		return v.PVName
 	}
 	return v.Name
 }
 
-func describeError(e *ErrorInfo, now time.Time) string {
+func describeError(e *volumemanager.ErrorInfo, now time.Time) string {
 	if e == nil {
 		return "<none>"
 	}
@@ -143,8 +145,8 @@ func newDriversCommand() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			var drivers []DriverStatus
-			raw, err := o.get(cmd.Context(), driversPath, &drivers)
+			var drivers []volumemanager.DriverStatus
+			raw, err := o.get(cmd.Context(), volumemanager.DriversPath, &drivers)
 			if err != nil {
 				return err
 			}

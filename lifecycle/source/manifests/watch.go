@@ -11,7 +11,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // rescanKey asks the worker to read the whole directory again.
@@ -163,7 +163,7 @@ func (s *Source) apply(edit func(files map[string][]object)) {
 	pods = slices.Compact(pods)
 	var drivers []string
 	for _, name := range c.drivers {
-		if !policy.FromCSIDriver(old.drivers[name]).Equal(policy.FromCSIDriver(s.view.drivers[name])) {
+		if !volume.PolicyFromCSIDriver(old.drivers[name]).Equal(volume.PolicyFromCSIDriver(s.view.drivers[name])) {
 			drivers = append(drivers, name)
 		}
 	}
@@ -201,14 +201,14 @@ func (s *Source) Policies() *Policies { return &Policies{s: s} }
 
 // Policies answers each driver's policy from the CSIDriver objects in the
 // manifests, with the kubelet's defaults for drivers that have none; it
-// implements the Get/OnChange/HasSynced of *policy.Store.
+// implements the lifecycle's Policies.
 type Policies struct{ s *Source }
 
 // Get returns the policy of the named driver.
-func (p *Policies) Get(driverName string) policy.Policy {
+func (p *Policies) Get(driverName string) volume.Policy {
 	p.s.mu.RLock()
 	defer p.s.mu.RUnlock()
-	return policy.FromCSIDriver(p.s.view.drivers[driverName])
+	return volume.PolicyFromCSIDriver(p.s.view.drivers[driverName])
 }
 
 // OnChange subscribes fn to changes of a driver's policy (a CSIDriver

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // requestTimeout bounds one request to the agent's HTTP endpoint.
@@ -68,27 +68,27 @@ func (a *Agent) getJSON(ctx context.Context, path string, v any) error {
 }
 
 // Volumes returns the agent's volumes from its JSON status API.
-func (a *Agent) Volumes(ctx context.Context) ([]app.VolumeStatus, error) {
-	var vols []app.VolumeStatus
+func (a *Agent) Volumes(ctx context.Context) ([]volumemanager.VolumeStatus, error) {
+	var vols []volumemanager.VolumeStatus
 	return vols, a.getJSON(ctx, VolumesPath, &vols)
 }
 
 // Drivers returns the agent's registered drivers from its JSON status API.
-func (a *Agent) Drivers(ctx context.Context) ([]app.DriverStatus, error) {
-	var drivers []app.DriverStatus
+func (a *Agent) Drivers(ctx context.Context) ([]volumemanager.DriverStatus, error) {
+	var drivers []volumemanager.DriverStatus
 	return drivers, a.getJSON(ctx, DriversPath, &drivers)
 }
 
 // StatusCommand runs `csi-volmgr status -o json --server <endpoint>`, the client a user runs,
 // and decodes its output.
-func (a *Agent) StatusCommand(ctx context.Context) ([]app.VolumeStatus, error) {
-	var vols []app.VolumeStatus
+func (a *Agent) StatusCommand(ctx context.Context) ([]volumemanager.VolumeStatus, error) {
+	var vols []volumemanager.VolumeStatus
 	return vols, a.runClient(ctx, "status", &vols)
 }
 
 // DriversCommand runs `csi-volmgr drivers -o json --server <endpoint>` and decodes its output.
-func (a *Agent) DriversCommand(ctx context.Context) ([]app.DriverStatus, error) {
-	var drivers []app.DriverStatus
+func (a *Agent) DriversCommand(ctx context.Context) ([]volumemanager.DriverStatus, error) {
+	var drivers []volumemanager.DriverStatus
 	return drivers, a.runClient(ctx, "drivers", &drivers)
 }
 
@@ -129,8 +129,8 @@ func (a *Agent) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, erro
 // WaitForVolumes asks the status API until done returns true for the volumes, and returns them.
 // Errors (e.g. while the agent restarts) count as not done. It fails when ctx ends first,
 // returning the volumes it saw last.
-func (a *Agent) WaitForVolumes(ctx context.Context, done func([]app.VolumeStatus) bool) ([]app.VolumeStatus, error) {
-	var last []app.VolumeStatus
+func (a *Agent) WaitForVolumes(ctx context.Context, done func([]volumemanager.VolumeStatus) bool) ([]volumemanager.VolumeStatus, error) {
+	var last []volumemanager.VolumeStatus
 	var lastErr error
 	err := pollUntil(ctx, func(ctx context.Context) (bool, error) {
 		vols, err := a.Volumes(ctx)

@@ -20,7 +20,7 @@ const backendDelay = 2 * time.Second
 // (lifecycle/operations Publish and Unpublish) see it.
 func reconcilerUse(driver, handle string) (volume.PodKey, volume.Source, volume.PodVolume) {
 	src := volume.Source{
-		Driver: driver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem,
+		ID:          volume.ID{Driver: driver, Handle: handle, PVName: "pv-" + handle, AccessType: volume.Filesystem},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 	}
 	pv := volume.PodVolume{Pod: volume.PodInfo{UID: "pod-a", Namespace: "ns", Name: "a"}, SpecName: "data"}

@@ -1,4 +1,4 @@
-package app
+package volumemanager
 
 import (
 	"encoding/json"
@@ -7,17 +7,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 )
 
-// API paths of the JSON status API.
+// Paths of the JSON status API that Handler serves.
 const (
-	volumesPath = "/api/v1/volumes"
-	driversPath = "/api/v1/drivers"
+	VolumesPath        = "/api/v1/volumes"
+	DriversPath        = "/api/v1/drivers"
+	ReconstructionPath = "/api/v1/reconstruction"
 )
 
 // VolumeStatus is one volume in the JSON status API.
@@ -66,29 +66,42 @@ type DriverStatus struct {
 	RegisteredAt       time.Time         `json:"registeredAt"`
 }
 
-type httpDeps struct {
-	gatherer prometheus.Gatherer
-	ready    func() bool
-	volumes  func() []asw.VolumeStatus
-	drivers  func() []registry.Driver
+// ReconstructionStatus is what the agent found on disk at start, in the
+// JSON status API.
+type ReconstructionStatus struct {
+	Staged          int      `json:"staged"`
+	StagedIntact    int      `json:"stagedIntact"`
+	Published       int      `json:"published"`
+	PublishedIntact int      `json:"publishedIntact"`
+	Failed          []string `json:"failed,omitempty"`
 }
 
-func newHTTPHandler(d httpDeps) http.Handler {
+// Handler serves /metrics (Prometheus), /healthz, /readyz (Ready) and the
+// JSON status API: VolumesPath, DriversPath and ReconstructionPath.
+func (vm *VolumeManager) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready() {
+		if !vm.Ready() {
 			http.Error(w, "not ready: reconstructing state or waiting for informers to sync", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET "+volumesPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, volumeStatuses(d.volumes()))
+	mux.HandleFunc("GET "+VolumesPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, volumeStatuses(vm.manager.Snapshot()))
 	})
-	mux.HandleFunc("GET "+driversPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, driverStatuses(r, d.drivers()))
+	mux.HandleFunc("GET "+DriversPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, driverStatuses(r, vm.registry.List()))
+	})
+	mux.HandleFunc("GET "+ReconstructionPath, func(w http.ResponseWriter, r *http.Request) {
+		res := vm.manager.Reconstruction()
+		rs := ReconstructionStatus{Staged: res.Staged, StagedIntact: res.ProvenStaged, Published: res.Published, PublishedIntact: res.ProvenPublished}
+		for _, err := range res.Failed {
+			rs.Failed = append(rs.Failed, err.Error())
+		}
+		writeJSON(w, rs)
 	})
 	return mux
 }

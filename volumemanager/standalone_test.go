@@ -1,4 +1,4 @@
-package lifecycle_test
+package volumemanager_test
 
 import (
 	"context"
@@ -16,26 +16,24 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/mount-utils"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/registry"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 const standaloneTimeout = 60 * time.Second
 
-// standaloneNode is a standalone agent (registry, manifest source, lifecycle
-// Manager) in the test process, with the real CSI test plugin registered
-// through its registration directory.
+// standaloneNode is a standalone volume manager (csi-volmgr run
+// --manifests) in the test process, with the real CSI test plugin
+// registered through its registration directory.
 type standaloneNode struct {
 	t         *testing.T
 	root      string
 	manifests string
 	plugin    *plugintest.Plugin
-	manager   *lifecycle.Manager
+	vm        *volumemanager.VolumeManager
 	handle    string
 	// stop stops the running agent and waits for it.
 	stop func()
@@ -111,25 +109,21 @@ func (n *standaloneNode) start() {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
-	src, err := manifests.New(ctx, manifests.Config{Dir: n.manifests, NodeName: "standalone-node", Debounce: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	drivers, err := registry.New(registry.Config{Dir: filepath.Join(n.root, "plugins_registry"), RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.manager, err = lifecycle.New(lifecycle.Config{
-		Standalone: src, NodeName: "standalone-node", RootDir: n.root,
-		Drivers: drivers, Policies: src.Policies(),
-		Reconciler: reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
+	vm, err := volumemanager.New(ctx, volumemanager.Config{
+		NodeName: "standalone-node", RootDir: n.root, Manifests: n.manifests,
+		Tuning: volumemanager.Tuning{
+			Reconciler:             reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
+			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
+			ManifestsDebounce: 10 * time.Millisecond,
+		},
 	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	errs := make(chan error, 2)
-	go func() { errs <- drivers.Run(ctx) }()
-	go func() { errs <- n.manager.Run(ctx) }()
+	n.vm = vm
+	errs := make(chan error, 1)
+	go func() { errs <- vm.Run(ctx) }()
 	stopped := false
 	n.stop = func() {
 		if stopped {
@@ -137,13 +131,11 @@ func (n *standaloneNode) start() {
 		}
 		stopped = true
 		cancel()
-		for range 2 {
-			if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("agent stopped with an error: %v", err)
-			}
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent stopped with an error: %v", err)
 		}
 	}
-	n.until("agent ready", func() bool { return n.manager.Ready() })
+	n.until("agent ready", func() bool { return n.vm.Ready() })
 }
 
 func (n *standaloneNode) write(name, content string) {
@@ -157,14 +149,14 @@ func (n *standaloneNode) until(what string, cond func() bool) {
 	n.t.Helper()
 	if err := wait.PollUntilContextTimeout(n.t.Context(), 20*time.Millisecond, standaloneTimeout, true,
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		n.t.Fatalf("waiting for %s: %v; volumes: %+v", what, err, n.manager.Snapshot())
+		n.t.Fatalf("waiting for %s: %v; volumes: %+v", what, err, n.vm.Volumes())
 	}
 }
 
 // published returns the target path of the demo volume's only publish once
 // it is Published.
 func (n *standaloneNode) published() (string, bool) {
-	for _, v := range n.manager.Snapshot() {
+	for _, v := range n.vm.Volumes() {
 		if v.Handle == n.handle && v.Stage == volume.Staged && len(v.Pods) == 1 && v.Pods[0].State == volume.Published {
 			return v.Pods[0].TargetPath, true
 		}
@@ -208,7 +200,7 @@ spec:
 func TestStandalonePodFileMountsAndItsRemovalTearsDown(t *testing.T) {
 	caps := plugin.Capabilities{StageUnstage: true, ControllerPublish: true}
 	n := startStandalone(t, caps, nil)
-	if vols := n.manager.Snapshot(); len(vols) != 0 {
+	if vols := n.vm.Volumes(); len(vols) != 0 {
 		t.Fatalf("volumes before any pod: %+v", vols)
 	}
 
@@ -246,7 +238,7 @@ func TestStandalonePodFileMountsAndItsRemovalTearsDown(t *testing.T) {
 	}
 	wantAll := append(wantSetup, "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume")
 	n.until("unpublish, unstage and detach", func() bool {
-		return len(n.manager.Snapshot()) == 0 && slices.Equal(n.csiCalls(), wantAll)
+		return len(n.vm.Volumes()) == 0 && slices.Equal(n.csiCalls(), wantAll)
 	})
 	if isMnt, err := mount.New("").IsMountPoint(target); err == nil && isMnt {
 		t.Errorf("target %s is still a mount point", target)
@@ -274,7 +266,7 @@ func TestStandaloneDriverWithoutAttachNeedsNoControllerPublish(t *testing.T) {
 	if err := os.Remove(filepath.Join(n.manifests, "pod.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	n.until("teardown", func() bool { return len(n.manager.Snapshot()) == 0 })
+	n.until("teardown", func() bool { return len(n.vm.Volumes()) == 0 })
 	want := []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"}
 	if calls := n.csiCalls(); !slices.Equal(calls, want) {
 		t.Errorf("CSI calls %v, want %v", calls, want)
@@ -354,7 +346,7 @@ func TestStandaloneRestartKeepsTheVolume(t *testing.T) {
 	}
 	n.until("unpublish, unstage and detach", func() bool {
 		calls := n.csiCalls()
-		return len(n.manager.Snapshot()) == 0 && len(calls) > 2 &&
+		return len(n.vm.Volumes()) == 0 && len(calls) > 2 &&
 			slices.Equal(calls[len(calls)-3:], []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"})
 	})
 }

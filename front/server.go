@@ -245,9 +245,9 @@ func (s *Server) intercept(base klog.Logger) grpc.UnaryServerInterceptor {
 // backend returns the fronted driver's connection, or an error wrapping
 // volume.ErrDriverNotRegistered.
 func (s *Server) backend() (Backend, error) {
-	b, ok := s.cfg.Drivers.Backend(s.cfg.Driver)
-	if !ok || b == nil {
+	c, ok := s.cfg.Drivers.Client(s.cfg.Driver)
+	if !ok || c == nil {
 		return nil, fmt.Errorf("%w: %q", volume.ErrDriverNotRegistered, s.cfg.Driver)
 	}
-	return b, nil
+	return c, nil
 }

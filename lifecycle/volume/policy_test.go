@@ -1,4 +1,4 @@
-package policy
+package volume
 
 import (
 	"testing"
@@ -18,41 +18,41 @@ func csiDriver(name string, mutate func(*storagev1.CSIDriverSpec)) *storagev1.CS
 	return d
 }
 
-func TestDefault(t *testing.T) {
+func TestDefaultPolicy(t *testing.T) {
 	want := Policy{
 		AttachRequired:       true,
 		FSGroupPolicy:        storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy,
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
 	}
-	if diff := cmp.Diff(want, Default()); diff != "" {
-		t.Errorf("Default() mismatch (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, DefaultPolicy()); diff != "" {
+		t.Errorf("DefaultPolicy() mismatch (-want +got):\n%s", diff)
 	}
-	if !Default().SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent) {
-		t.Error("Default() does not support Persistent volumes")
+	if !DefaultPolicy().SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent) {
+		t.Error("DefaultPolicy() does not support Persistent volumes")
 	}
-	if Default().SupportsLifecycleMode(storagev1.VolumeLifecycleEphemeral) {
-		t.Error("Default() supports Ephemeral volumes, want Persistent only")
+	if DefaultPolicy().SupportsLifecycleMode(storagev1.VolumeLifecycleEphemeral) {
+		t.Error("DefaultPolicy() supports Ephemeral volumes, want Persistent only")
 	}
 }
 
-func TestFromCSIDriver(t *testing.T) {
+func TestPolicyFromCSIDriver(t *testing.T) {
 	tests := map[string]struct {
 		driver *storagev1.CSIDriver
 		want   Policy
 	}{
 		"nil object gets defaults": {
 			driver: nil,
-			want:   Default(),
+			want:   DefaultPolicy(),
 		},
 		"all fields nil get API defaults": {
 			driver: csiDriver("d", nil),
-			want:   Default(),
+			want:   DefaultPolicy(),
 		},
 		"empty fsGroupPolicy gets default": {
 			driver: csiDriver("d", func(s *storagev1.CSIDriverSpec) {
 				s.FSGroupPolicy = ptr.To(storagev1.FSGroupPolicy(""))
 			}),
-			want: Default(),
+			want: DefaultPolicy(),
 		},
 		"explicit values equal to defaults": {
 			driver: csiDriver("d", func(s *storagev1.CSIDriverSpec) {
@@ -63,7 +63,7 @@ func TestFromCSIDriver(t *testing.T) {
 				s.SELinuxMount = ptr.To(false)
 				s.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
 			}),
-			want: Default(),
+			want: DefaultPolicy(),
 		},
 		"every field set": {
 			driver: csiDriver("d", func(s *storagev1.CSIDriverSpec) {
@@ -114,14 +114,14 @@ func TestFromCSIDriver(t *testing.T) {
 			driver: csiDriver("d", func(s *storagev1.CSIDriverSpec) {
 				s.NodeAllocatableUpdatePeriodSeconds = ptr.To[int64](0)
 			}),
-			want: Default(),
+			want: DefaultPolicy(),
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := FromCSIDriver(tc.driver)
+			got := PolicyFromCSIDriver(tc.driver)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("FromCSIDriver() mismatch (-want +got):\n%s", diff)
+				t.Errorf("PolicyFromCSIDriver() mismatch (-want +got):\n%s", diff)
 			}
 			if !got.Equal(tc.want) {
 				t.Errorf("Equal() = false for policies that cmp.Diff finds equal: %+v", got)
@@ -130,14 +130,14 @@ func TestFromCSIDriver(t *testing.T) {
 	}
 }
 
-func TestFromCSIDriverSharesNoMemory(t *testing.T) {
+func TestPolicyFromCSIDriverSharesNoMemory(t *testing.T) {
 	d := csiDriver("d", func(s *storagev1.CSIDriverSpec) {
 		s.TokenRequests = []storagev1.TokenRequest{{Audience: "a", ExpirationSeconds: ptr.To[int64](600)}}
 		s.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}
 	})
 	before := d.DeepCopy()
 
-	p := FromCSIDriver(d)
+	p := PolicyFromCSIDriver(d)
 	p.TokenRequests[0].Audience = "changed"
 	*p.TokenRequests[0].ExpirationSeconds = 1
 	p.VolumeLifecycleModes[0] = storagev1.VolumeLifecyclePersistent
@@ -149,7 +149,7 @@ func TestFromCSIDriverSharesNoMemory(t *testing.T) {
 
 func TestPolicyEqual(t *testing.T) {
 	base := func() Policy {
-		p := Default()
+		p := DefaultPolicy()
 		p.TokenRequests = []storagev1.TokenRequest{{Audience: "a", ExpirationSeconds: ptr.To[int64](600)}}
 		return p
 	}

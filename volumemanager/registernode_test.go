@@ -1,4 +1,4 @@
-package lifecycle_test
+package volumemanager_test
 
 import (
 	"context"
@@ -16,26 +16,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
-	"github.com/csi-volmgr/csi-volmgr/driver/registry"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/virtualnode"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 func TestMain(m *testing.M) { k8stest.Main(m, k8stest.Options{}) }
 
-// TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown runs the
-// lifecycle as --register-node does (the Node registered by the agent,
-// RemoveTerminatingPods and CompletePodDeletion) with the real plugin: a pod
+// TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown runs the volume
+// manager with RegisterNode (the Node registered by the agent, terminating
+// pods torn down and their deletion completed) and the real plugin: a pod
 // deleted gracefully stays in the API until its volume is unpublished and
 // unstaged, then the agent completes the deletion.
 func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
@@ -44,13 +40,6 @@ func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
 
-	node, err := virtualnode.New(virtualnode.Config{Client: f.Client, NodeName: f.NodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		_ = f.Client.CoreV1().Nodes().Delete(context.WithoutCancel(t.Context()), f.NodeName, metav1.DeleteOptions{})
 	})
@@ -88,35 +77,23 @@ func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 	pvcName, pvName := "data", "pv-"+f.Namespace
 	createBound(t, f, driver, handle, pvcName, pvName)
 
-	factory := informers.NewSharedInformerFactory(f.Client, 0)
-	policies, err := policy.New(ctx, factory.Storage().V1().CSIDrivers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	drivers, err := registry.New(registry.Config{Dir: regDir, RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	manager, err := lifecycle.New(lifecycle.Config{
-		Client: f.Client, NodeName: f.NodeName, RootDir: root, Drivers: drivers, Policies: policies,
-		RemoveTerminatingPods: true, CompletePodDeletion: true,
-		Reconciler: reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
+	vm, err := volumemanager.New(ctx, volumemanager.Config{
+		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, RegisterNode: true,
+		Tuning: volumemanager.Tuning{
+			Reconciler:             reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
+			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-	errs := make(chan error, 2)
-	go func() { errs <- drivers.Run(ctx) }()
-	go func() { errs <- manager.Run(ctx) }()
+	errs := make(chan error, 1)
+	go func() { errs <- vm.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		for range 2 {
-			if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("agent stopped with an error: %v", err)
-			}
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent stopped with an error: %v", err)
 		}
-		factory.Shutdown()
 	})
 
 	pods := f.Client.CoreV1().Pods(f.Namespace)
@@ -134,7 +111,7 @@ func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "the volume to be published", func(context.Context) (bool, error) {
-		for _, v := range manager.Snapshot() {
+		for _, v := range vm.Volumes() {
 			if v.Handle == handle && len(v.Pods) == 1 && v.Pods[0].State.String() == "Published" {
 				return true, nil
 			}
@@ -170,7 +147,7 @@ func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 		t.Errorf("CSI calls when the pod was gone: %v, want NodeStageVolume, NodePublishVolume, NodeUnpublishVolume first", got)
 	}
 	poll(t, "the unstage", func(context.Context) (bool, error) {
-		return len(manager.Snapshot()) == 0 && slices.Contains(calls(), "NodeUnstageVolume"), nil
+		return len(vm.Volumes()) == 0 && slices.Contains(calls(), "NodeUnstageVolume"), nil
 	})
 }
 

@@ -64,28 +64,10 @@ type Backend interface {
 
 var _ Backend = &csiclient.Client{}
 
-// Drivers finds a registered driver's connection by name.
+// Drivers finds a registered driver's connection by name; the driver
+// registry implements it.
 type Drivers interface {
-	// Backend returns the connection of the named driver, false when it is
+	// Client returns the connection of the named driver, false when it is
 	// not registered now.
-	Backend(name string) (Backend, bool)
-}
-
-// DriversFunc adapts a function to Drivers.
-type DriversFunc func(name string) (Backend, bool)
-
-// Backend implements Drivers.
-func (f DriversFunc) Backend(name string) (Backend, bool) { return f(name) }
-
-// ClientLookup adapts a lookup that returns a concrete client type, such as
-// (*registry.Registry).Client, to Drivers. A lookup that reports false
-// yields no backend (never a typed nil).
-func ClientLookup[C Backend](lookup func(name string) (C, bool)) Drivers {
-	return DriversFunc(func(name string) (Backend, bool) {
-		c, ok := lookup(name)
-		if !ok {
-			return nil, false
-		}
-		return c, true
-	})
+	Client(name string) (*csiclient.Client, bool)
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/front"
+	"github.com/csi-volmgr/csi-volmgr/front"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"

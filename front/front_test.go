@@ -17,8 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/front/fronttest"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
+	"github.com/csi-volmgr/csi-volmgr/front/fronttest"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
@@ -41,8 +40,8 @@ type env struct {
 // that the reconciler's steps in these tests need no VolumeAttachment.
 type noAttach struct{}
 
-func (noAttach) Get(string) policy.Policy {
-	p := policy.Default()
+func (noAttach) Get(string) volume.Policy {
+	p := volume.DefaultPolicy()
 	p.AttachRequired = false
 	return p
 }

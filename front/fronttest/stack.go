@@ -14,11 +14,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-volmgr/csi-volmgr/driver/front"
-	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+	"github.com/csi-volmgr/csi-volmgr/front"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Options configures a Stack.
@@ -31,7 +31,7 @@ type Options struct {
 	// RootDir is the agent's root directory; default a new t.TempDir().
 	RootDir string
 	// Policies gives drivers' CSIDriver policies (the reconciler's steps
-	// use them); default: every driver gets policy.Default().
+	// use them); default: every driver gets volume.DefaultPolicy().
 	Policies operations.Policies
 	// Observer receives every step; nil records nothing.
 	Observer operations.Observer
@@ -98,7 +98,7 @@ func Start(t testing.TB, opts Options) *Stack {
 	srv, err := front.New(front.Config{
 		Endpoint:        filepath.Join(sockDir, "front.sock"),
 		Driver:          opts.Driver,
-		Drivers:         front.ClientLookup(reg.Client),
+		Drivers:         reg,
 		Operations:      ops,
 		IdentityTimeout: opts.IdentityTimeout,
 	})
@@ -148,7 +148,7 @@ func (s *Stack) WaitForDriver(t testing.TB, name string, timeout time.Duration) 
 // defaultPolicies gives every driver the kubelet's defaults.
 type defaultPolicies struct{}
 
-func (defaultPolicies) Get(string) policy.Policy { return policy.Default() }
+func (defaultPolicies) Get(string) volume.Policy { return volume.DefaultPolicy() }
 
 // noAttachments is a VolumeAttachment cache without any object.
 type noAttachments struct{}

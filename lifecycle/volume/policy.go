@@ -1,4 +1,4 @@
-package policy
+package volume
 
 import (
 	"slices"
@@ -10,8 +10,8 @@ import (
 // Policy is the node-side behaviour of one CSI driver, as configured by its
 // CSIDriver object or by the kubelet's defaults when there is none.
 //
-// Policy is a value: Store.Get returns a fresh copy each time, so a caller may
-// keep it or modify it without affecting the Store or other callers.
+// Policy is a value that shares no memory with the object it came from, so a
+// caller may keep it or modify it.
 type Policy struct {
 	// AttachRequired tells whether a volume of this driver must be attached
 	// (a VolumeAttachment with status.attached=true must exist) before it is
@@ -48,11 +48,11 @@ type Policy struct {
 	NodeAllocatableUpdatePeriod time.Duration
 }
 
-// Default returns the policy of a driver that has no CSIDriver object. It
+// DefaultPolicy returns the policy of a driver that has no CSIDriver object. It
 // matches the kubelet (pkg/volume/csi): attach required, no pod info, fsGroup
 // applied only to ReadWriteOnce volumes with an fsType, Persistent volumes
 // only, no republish, no SELinux mount, no token requests.
-func Default() Policy {
+func DefaultPolicy() Policy {
 	return Policy{
 		AttachRequired:       true,
 		PodInfoOnMount:       false,
@@ -63,13 +63,13 @@ func Default() Policy {
 	}
 }
 
-// FromCSIDriver returns the policy a CSIDriver object configures. A nil
-// object yields Default(). Fields that are unset (nil pointers, empty lists,
+// PolicyFromCSIDriver returns the policy a CSIDriver object configures. A
+// nil object yields DefaultPolicy(). Fields that are unset (nil pointers, empty lists,
 // an empty fsGroupPolicy) get the same defaults the API server would apply,
 // so an object read from a manifest behaves like one read from the API.
 // The returned Policy shares no memory with d.
-func FromCSIDriver(d *storagev1.CSIDriver) Policy {
-	p := Default()
+func PolicyFromCSIDriver(d *storagev1.CSIDriver) Policy {
+	p := DefaultPolicy()
 	if d == nil {
 		return p
 	}

@@ -1,0 +1,116 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/podfinalizer"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
+)
+
+// clusterMode serves a node from an API server: the node-scoped informers
+// and by-name watches of lifecycle/source, VolumeAttachments written by the
+// attach/detach controller, and the pod condition, Events and
+// node.status.volumesInUse as outputs; with CompletePodDeletion also the
+// deletion of pods whose volumes are torn down.
+type clusterMode struct {
+	src    *source.Source
+	conds  *status.PodConditions
+	events *status.Events
+	inUse  *status.VolumesInUse
+	// fin is nil without CompletePodDeletion.
+	fin *podfinalizer.Finalizer
+	in  inputs
+}
+
+func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
+	client := m.cfg.Client
+	src, err := source.New(ctx, source.Config{Client: client, NodeName: m.cfg.NodeName, ClusterWideInformers: m.cfg.ClusterWideInformers})
+	if err != nil {
+		return nil, fmt.Errorf("start sources: %w", err)
+	}
+	c := &clusterMode{src: src}
+	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
+		Client: client, Queue: queues,
+		CachedPod: func(namespace, name string) *corev1.Pod {
+			pod, _ := src.PodByName(namespace, name)
+			return pod
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.inUse, err = status.NewVolumesInUse(status.VolumesInUseConfig{Client: client, NodeName: m.cfg.NodeName, Queue: queues}); err != nil {
+		return nil, err
+	}
+	var statusWriter reconciler.StatusWriter = c.conds
+	if m.cfg.CompletePodDeletion {
+		c.fin, err = podfinalizer.New(podfinalizer.Config{
+			Client: client, Pods: src, Desired: m.desire, Actual: m.world, Layout: m.layout,
+			MetricsProvider: queues.MetricsProvider,
+		})
+		if err != nil {
+			return nil, err
+		}
+		// The reconciler forgets a pod's status each time it has torn down
+		// one of the volumes of a pod that left the desired state: the
+		// moment to see whether the pod may go.
+		statusWriter = forgetHook{StatusWriter: c.conds, forgot: c.fin.PodChanged}
+	}
+	// Events start a broadcaster: made last, so that nothing above can
+	// fail with it running.
+	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: client, NodeName: m.cfg.NodeName}); err != nil {
+		return nil, err
+	}
+	c.in = inputs{
+		source:      src,
+		attachments: src.Attachments(),
+		secrets:     source.NewSecrets(client),
+		tokens:      tokenRequester{client: client},
+		status:      statusWriter,
+		events:      c.events,
+		inUse:       c.inUse,
+	}
+	return c, nil
+}
+
+func (c *clusterMode) inputs() inputs { return c.in }
+
+func (c *clusterMode) steps(ops *operations.Operations) reconciler.Operations { return ops }
+
+func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
+	// Subscribed before the sources start, so no change is missed.
+	c.src.OnAttachmentChange(rec.AttachmentChanged)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.src.Run(ctx) })
+	wg.Go(func() { c.conds.Run(ctx, 4) })
+	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
+	if c.fin != nil {
+		wg.Go(func() { c.fin.Run(ctx) })
+	}
+	wg.Wait()
+}
+
+func (c *clusterMode) close() error {
+	c.events.Shutdown()
+	return nil
+}
+
+// forgetHook is a StatusWriter that also tells fn of every Forget.
+type forgetHook struct {
+	reconciler.StatusWriter
+	forgot func(uid types.UID)
+}
+
+// Forget forgets the pod's status and reports the pod.
+func (h forgetHook) Forget(uid types.UID) {
+	h.StatusWriter.Forget(uid)
+	h.forgot(uid)
+}

@@ -1,0 +1,41 @@
+package lifecycle
+
+import (
+	"context"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+)
+
+// mode is what differs between a node served from an API server
+// (clusterMode) and a node without one (standaloneMode): where pods and the
+// objects they reference come from, how volumes get attached, and where
+// status goes. The populator, operations and reconciler around it are the
+// same.
+type mode interface {
+	// inputs are what the populator, the operations and the reconciler
+	// read and write in this mode.
+	inputs() inputs
+	// steps returns the steps the reconciler runs: ops itself, or ops
+	// with the mode's own work around them.
+	steps(ops *operations.Operations) reconciler.Operations
+	// run runs the mode's goroutines, telling rec of the mode's events,
+	// until ctx ends.
+	run(ctx context.Context, rec *reconciler.Reconciler)
+	// close releases what the mode holds; it is called once, after run
+	// returned or when the Manager could not be built.
+	close() error
+}
+
+// inputs are a mode's sources and outputs. The outputs status, events and
+// inUse may be nil: nothing is written there.
+type inputs struct {
+	source      populator.Source
+	attachments operations.Attachments
+	secrets     operations.Secrets
+	tokens      operations.Tokens
+	status      reconciler.StatusWriter
+	events      reconciler.EventRecorder
+	inUse       reconciler.InUseReporter
+}

@@ -1,0 +1,144 @@
+package volumemanager
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+)
+
+// Config is what a runtime decides when it embeds the volume manager; the
+// csi-volmgr command fills it from its flags.
+type Config struct {
+	// NodeName is the node whose pods are served. Required.
+	NodeName string
+	// RootDir is the root of the agent's state (the kubelet's layout below
+	// it); absolute. Required.
+	RootDir string
+	// RegistrationDir is the directory of plugin-registration sockets;
+	// empty means <RootDir>/plugins_registry.
+	RegistrationDir string
+	// KubeClient talks to the API server. Exactly one of KubeClient and
+	// Manifests is set.
+	KubeClient kubernetes.Interface
+	// Manifests is the directory that standalone mode reads Pods, PVCs,
+	// PVs, Secrets and CSIDrivers from (watched), instead of an API
+	// server; volumes are then attached with ControllerPublishVolume by
+	// the agent itself.
+	Manifests string
+	// RegisterNode creates and keeps the Node object of a node without
+	// kubelet (labels, controller-managed-attach-detach annotation, Ready
+	// condition, node Lease), tears down the volumes of pods marked for
+	// deletion and then completes their deletion. It implies
+	// RemoveTerminatingPods. Cluster mode only.
+	RegisterNode bool
+	// RemoveTerminatingPods tears down the volumes of pods marked for
+	// deletion (for nodes without a kubelet). Cluster mode only.
+	RemoveTerminatingPods bool
+	// ClusterWideInformers caches every PVC, PV and VolumeAttachment of the
+	// cluster instead of watching the referenced ones by name (small
+	// clusters only). Cluster mode only.
+	ClusterWideInformers bool
+	// ResyncPeriod is how often every volume is reconciled again, besides
+	// events; 0 means 5m.
+	ResyncPeriod time.Duration
+	// CSITimeout bounds one CSI call; 0 means csiclient.DefaultTimeout.
+	CSITimeout time.Duration
+	// FrontEndpoint, when set, serves csi-volmgr's own CSI endpoint on this
+	// unix socket in front of the registered driver FrontDriver: Identity
+	// answers as that driver, Controller calls pass through, Node calls run
+	// through the volume lifecycle. Both or neither are set.
+	FrontEndpoint, FrontDriver string
+	// HTTPEndpoint, when set, is the TCP address Run serves Handler on.
+	HTTPEndpoint string
+	// Version is reported in the logs.
+	Version string
+	// Tuning holds the knobs that tests and benchmarks turn; the zero
+	// value is the production default.
+	Tuning Tuning
+}
+
+// Tuning holds the knobs that tests and benchmarks turn.
+type Tuning struct {
+	// Reconciler tunes the reconciler (workers, backoff, shutdown grace)
+	// and may observe the pods whose volumes became ready; its wiring
+	// fields are filled in by the lifecycle.
+	Reconciler reconciler.Config
+	// RegistryRetryBaseDelay and RegistryRetryMaxDelay bound the backoff
+	// of failed driver registrations; 0 means 500ms and 2m.
+	RegistryRetryBaseDelay, RegistryRetryMaxDelay time.Duration
+	// ManifestsDebounce is how long standalone mode waits for more changes
+	// to a manifest file before reading it; 0 means the manifests
+	// source's default.
+	ManifestsDebounce time.Duration
+}
+
+// validate checks c and fills its derived defaults. Every error about one
+// field is a *ConfigError; they are joined.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(field string, err error) { errs = append(errs, &ConfigError{Field: field, Err: err}) }
+	if c.NodeName == "" {
+		bad("NodeName", errors.New("is required"))
+	}
+	if !filepath.IsAbs(c.RootDir) {
+		bad("RootDir", fmt.Errorf("%q must be an absolute path", c.RootDir))
+	}
+	if c.RegistrationDir == "" {
+		c.RegistrationDir = filepath.Join(c.RootDir, "plugins_registry")
+	} else if !filepath.IsAbs(c.RegistrationDir) {
+		bad("RegistrationDir", fmt.Errorf("%q must be an absolute path", c.RegistrationDir))
+	}
+	if (c.KubeClient == nil) == (c.Manifests == "") {
+		errs = append(errs, errors.New("exactly one of an API client and a manifest directory is required"))
+	}
+	if c.Manifests != "" && (c.RegisterNode || c.RemoveTerminatingPods || c.ClusterWideInformers) {
+		bad("Manifests", errors.New("runs without an API server: node registration, removing terminating pods and cluster-wide informers need one"))
+	}
+	if c.RegisterNode {
+		c.RemoveTerminatingPods = true
+	}
+	if c.ResyncPeriod < 0 {
+		bad("ResyncPeriod", fmt.Errorf("%v must not be negative", c.ResyncPeriod))
+	}
+	if c.CSITimeout < 0 {
+		bad("CSITimeout", fmt.Errorf("%v must not be negative", c.CSITimeout))
+	}
+	switch {
+	case c.FrontEndpoint == "" && c.FrontDriver != "":
+		bad("FrontDriver", errors.New("is set without a front endpoint"))
+	case c.FrontEndpoint != "" && c.FrontDriver == "":
+		bad("FrontEndpoint", errors.New("is set without a front driver"))
+	case c.FrontEndpoint != "":
+		if _, err := csiclient.ParseEndpoint(c.FrontEndpoint); err != nil {
+			bad("FrontEndpoint", err)
+		}
+	}
+	if c.HTTPEndpoint != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPEndpoint); err != nil {
+			bad("HTTPEndpoint", fmt.Errorf("%q: %w", c.HTTPEndpoint, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigError is an error in one field of Config that a user has to fix,
+// e.g. a root directory that is not writable or an HTTP endpoint in use:
+// the csi-volmgr command names the flag of Field in its one line.
+type ConfigError struct {
+	// Field is the Config field at fault, e.g. "RootDir".
+	Field string
+	// Err says what is wrong, starting with the field's value.
+	Err error
+}
+
+func (e *ConfigError) Error() string { return e.Field + " " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }

@@ -1,0 +1,63 @@
+package volumemanager
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := func() Config {
+		return Config{NodeName: "n", RootDir: "/var/lib/csi-volmgr", KubeClient: fake.NewClientset()}
+	}
+	for name, tc := range map[string]struct {
+		mutate    func(*Config)
+		wantField string
+		wantText  string
+	}{
+		"valid":                     {mutate: func(*Config) {}},
+		"front endpoint and driver": {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "/run/front.sock", "d" }},
+		"front unix URL":            {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "unix:///run/front.sock", "d" }},
+		"no node name":              {mutate: func(c *Config) { c.NodeName = "" }, wantField: "NodeName", wantText: "is required"},
+		"relative root":             {mutate: func(c *Config) { c.RootDir = "relative" }, wantField: "RootDir", wantText: `"relative" must be an absolute path`},
+		"relative registration dir": {mutate: func(c *Config) { c.RegistrationDir = "reg" }, wantField: "RegistrationDir", wantText: "absolute"},
+		"front endpoint only":       {mutate: func(c *Config) { c.FrontEndpoint = "/run/front.sock" }, wantField: "FrontEndpoint", wantText: "without a front driver"},
+		"front driver only":         {mutate: func(c *Config) { c.FrontDriver = "d" }, wantField: "FrontDriver", wantText: "without a front endpoint"},
+		"relative front endpoint":   {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "front.sock", "d" }, wantField: "FrontEndpoint"},
+		"tcp front endpoint":        {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "tcp://127.0.0.1:10000", "d" }, wantField: "FrontEndpoint"},
+		"bad HTTP endpoint":         {mutate: func(c *Config) { c.HTTPEndpoint = "9809" }, wantField: "HTTPEndpoint"},
+		"negative CSI timeout":      {mutate: func(c *Config) { c.CSITimeout = -1 }, wantField: "CSITimeout", wantText: "must not be negative"},
+		"manifests with node registration": {
+			mutate:    func(c *Config) { c.KubeClient, c.Manifests, c.RegisterNode = nil, "/etc/csi-volmgr", true },
+			wantField: "Manifests", wantText: "without an API server",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(&c)
+			err := c.validate()
+			if tc.wantField == "" {
+				if err != nil {
+					t.Fatalf("validate = %v, want nil", err)
+				}
+				return
+			}
+			ce, ok := errors.AsType[*ConfigError](err)
+			if !ok || ce.Field != tc.wantField || !strings.Contains(ce.Err.Error(), tc.wantText) {
+				t.Errorf("validate = %v, want a ConfigError of %s saying %q", err, tc.wantField, tc.wantText)
+			}
+		})
+	}
+}
+
+func TestConfigValidateDefaults(t *testing.T) {
+	c := Config{NodeName: "n", RootDir: "/r", KubeClient: fake.NewClientset(), RegisterNode: true}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.RegistrationDir != "/r/plugins_registry" || !c.RemoveTerminatingPods {
+		t.Errorf("defaults: registration dir %q, remove terminating pods %v; want /r/plugins_registry and true", c.RegistrationDir, c.RemoveTerminatingPods)
+	}
+}

@@ -1,0 +1,27 @@
+package volumemanager
+
+import (
+	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle"
+)
+
+// lifecycleDrivers adapts the driver registry to the lifecycle's view of
+// the registered drivers.
+type lifecycleDrivers struct{ *registry.Registry }
+
+var _ lifecycle.Drivers = lifecycleDrivers{}
+
+// NodeID returns the node ID a registered driver reported.
+func (d lifecycleDrivers) NodeID(name string) (string, bool) {
+	drv, ok := d.Driver(name)
+	return drv.NodeID, ok
+}
+
+// OnRegistered subscribes fn to registrations and re-registrations.
+func (d lifecycleDrivers) OnRegistered(fn func(driver string)) {
+	d.Subscribe(func(ev registry.Event) {
+		if ev.Type == registry.Registered {
+			fn(ev.Driver)
+		}
+	})
+}

@@ -1,0 +1,270 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/informers"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/driver/nodeinfo"
+	"github.com/csi-volmgr/csi-volmgr/driver/policy"
+	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/virtualnode"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// VolumeManager runs the CSI volume lifecycle of one node's pods: it finds
+// the node's CSI drivers, publishes them in CSINode, and stages, publishes,
+// unpublishes and unstages the volumes of the node's pods. Build it with
+// New, then Run it.
+type VolumeManager struct {
+	cfg      Config
+	registry *registry.Registry
+	policies lifecycle.Policies
+	manager  *lifecycle.Manager
+	metrics  *prometheus.Registry
+	csi      *csiclient.Metrics
+
+	// Cluster mode only: factory holds the informers to start, nodeInfo
+	// publishes drivers and the CSINode, node keeps the Node with
+	// RegisterNode (nil otherwise).
+	factory  informers.SharedInformerFactory
+	nodeInfo *nodeinfo.Manager
+	node     *virtualnode.Node
+	// standalone is the manifest source in standalone mode.
+	standalone *manifests.Source
+	// listener serves Handler when Config.HTTPEndpoint is set.
+	listener net.Listener
+}
+
+// New checks cfg and builds a VolumeManager; nothing runs before Run. Its
+// errors are the user's to fix. ctx carries the logger.
+func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkRootDir(cfg.RootDir); err != nil {
+		return nil, err
+	}
+	vm := &VolumeManager{cfg: cfg, metrics: prometheus.NewRegistry(), csi: csiclient.NewMetrics()}
+	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := vm.newBackend(ctx); err != nil {
+		return nil, err
+	}
+	var nodeInfo registry.NodeInfoPublisher
+	if vm.nodeInfo != nil {
+		nodeInfo = vm.nodeInfo
+	}
+	var err error
+	if vm.registry, err = registry.New(registry.Config{
+		Dir: cfg.RegistrationDir, NodeInfo: nodeInfo, CSITimeout: cfg.CSITimeout, Metrics: vm.csi,
+		RetryBaseDelay: cfg.Tuning.RegistryRetryBaseDelay, RetryMaxDelay: cfg.Tuning.RegistryRetryMaxDelay,
+	}); err != nil {
+		return nil, err
+	}
+	lcfg := lifecycle.Config{
+		NodeName: cfg.NodeName, RootDir: cfg.RootDir,
+		Drivers: lifecycleDrivers{vm.registry}, Policies: vm.policies,
+		Registerer:            vm.metrics,
+		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
+		CompletePodDeletion:   cfg.RegisterNode,
+		ClusterWideInformers:  cfg.ClusterWideInformers,
+		ResyncPeriod:          cfg.ResyncPeriod,
+		Reconciler:            cfg.Tuning.Reconciler,
+	}
+	if vm.standalone != nil {
+		lcfg.Standalone = vm.standalone
+	} else {
+		lcfg.Client = cfg.KubeClient
+	}
+	if vm.manager, err = lifecycle.New(ctx, lcfg); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPEndpoint != "" {
+		if vm.listener, err = net.Listen("tcp", cfg.HTTPEndpoint); err != nil {
+			return nil, &ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", cfg.HTTPEndpoint, err)}
+		}
+	}
+	return vm, nil
+}
+
+// newBackend reads the manifest directory in standalone mode, or sets up
+// the CSIDriver cache, the node info publisher and (RegisterNode) the Node
+// keeper on the API server.
+func (vm *VolumeManager) newBackend(ctx context.Context) error {
+	cfg := vm.cfg
+	if cfg.Manifests != "" {
+		src, err := manifests.New(ctx, manifests.Config{Dir: cfg.Manifests, NodeName: cfg.NodeName, Debounce: cfg.Tuning.ManifestsDebounce})
+		if err != nil {
+			return &ConfigError{Field: "Manifests", Err: fmt.Errorf("%s: %w", cfg.Manifests, err)}
+		}
+		vm.standalone, vm.policies = src, src.Policies()
+		return nil
+	}
+	vm.factory = informers.NewSharedInformerFactory(cfg.KubeClient, 0)
+	policies, err := policy.New(ctx, vm.factory.Storage().V1().CSIDrivers(), volume.PolicyFromCSIDriver, volume.Policy.Equal)
+	if err != nil {
+		return err
+	}
+	vm.policies = policies
+	if vm.nodeInfo, err = nodeinfo.New(nodeinfo.Config{Client: cfg.KubeClient, NodeName: cfg.NodeName}); err != nil {
+		return err
+	}
+	if cfg.RegisterNode {
+		if vm.node, err = virtualnode.New(virtualnode.Config{Client: cfg.KubeClient, NodeName: cfg.NodeName}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ready tells whether the volume manager may be relied on: the actual
+// state is rebuilt from disk, the desired state has seen every pod, the
+// drivers found at start have been handled once and the CSIDriver objects
+// are cached.
+func (vm *VolumeManager) Ready() bool {
+	return vm.manager.Ready() && vm.registry.HasSynced() && vm.policies.HasSynced()
+}
+
+// Drivers returns the registry of the node's CSI drivers: who is
+// registered, and a subscription to registrations.
+func (vm *VolumeManager) Drivers() *registry.Registry { return vm.registry }
+
+// Volumes returns every volume the agent holds, with its pods.
+func (vm *VolumeManager) Volumes() []asw.VolumeStatus { return vm.manager.Snapshot() }
+
+// Metrics returns the agent's metrics, as /metrics serves them.
+func (vm *VolumeManager) Metrics() prometheus.Gatherer {
+	return prometheus.Gatherers{vm.metrics, vm.csi}
+}
+
+// Run starts every part and returns when ctx ends, after the steps in
+// flight finished, or when a part fails. It never unmounts anything on its
+// way out: the state lives under the root directory and the next start
+// picks it up. Call it once.
+func (vm *VolumeManager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if vm.factory != nil {
+		vm.factory.Start(ctx.Done())
+	}
+	if vm.node != nil {
+		// The Node goes first: driver registration writes into it.
+		if err := vm.node.Register(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("registering Node %s: %w", vm.cfg.NodeName, err)
+		}
+	}
+
+	// runCtx ends on a signal or when a part fails. The driver connections
+	// outlive it until the lifecycle has returned, so that the steps still
+	// in flight at shutdown finish instead of failing with "the client
+	// connection is closing".
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	driversCtx, stopDrivers := context.WithCancel(context.WithoutCancel(runCtx))
+	defer stopDrivers()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	part := func(name string, run func() error) {
+		wg.Go(func() {
+			err := run()
+			if err != nil {
+				stopRun(fmt.Errorf("%s: %w", name, err))
+			}
+			errs <- err
+		})
+	}
+	part("driver registry", func() error { return vm.registry.Run(driversCtx) })
+	part("volume lifecycle", func() error {
+		defer stopDrivers()
+		return vm.manager.Run(runCtx)
+	})
+	part("front endpoint", func() error { return vm.runFront(runCtx) })
+	if vm.node != nil {
+		wg.Go(func() { vm.node.Run(runCtx) })
+	}
+	if vm.nodeInfo != nil {
+		wg.Go(func() { vm.ensureCSINode(runCtx) })
+	}
+	var server *http.Server
+	if vm.listener != nil {
+		server = &http.Server{Handler: vm.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := server.Serve(vm.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "HTTP server failed")
+			}
+		})
+	}
+	logger.Info("csi-volmgr running", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir,
+		"registrationDir", vm.cfg.RegistrationDir, "httpEndpoint", vm.cfg.HTTPEndpoint, "version", vm.cfg.Version)
+	<-runCtx.Done()
+	if cause := context.Cause(runCtx); ctx.Err() == nil {
+		logger.Error(cause, "Shutting down after a failure")
+	} else {
+		logger.Info("Shutting down: no new steps, waiting for the steps in flight")
+	}
+	if server != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = server.Shutdown(sctx)
+		cancel()
+	}
+	wg.Wait()
+	close(errs)
+	var runErr error
+	for err := range errs {
+		runErr = errors.Join(runErr, err)
+	}
+	logger.Info("Stopped")
+	return runErr
+}
+
+// ensureCSINode creates the node's CSINode at start, as the kubelet does
+// before any driver registers, so that the scheduler sees the node's CSI
+// state; it retries with backoff until it succeeds or ctx ends (the Node
+// may not exist yet when a runtime creates it after starting the agent).
+func (vm *VolumeManager) ensureCSINode(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	delay := time.Second
+	for {
+		err := vm.nodeInfo.EnsureCSINode(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Info("Cannot create the CSINode yet; will retry", "node", vm.cfg.NodeName, "err", err, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Minute)
+	}
+}
+
+// checkRootDir makes sure the root directory exists and is writable, so
+// that a read-only file system fails at start with one clear line.
+func checkRootDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s: %w", dir, err)}
+	}
+	f, err := os.CreateTemp(dir, ".write-check-")
+	if err != nil {
+		return &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s is not writable: %w", dir, err)}
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
+}
