@@ -45,7 +45,7 @@ func newStandaloneMode(ctx context.Context, m *Manager) (*standaloneMode, error)
 	att, err := localattach.New(localattach.Config{
 		RootDir: m.layout.Root(), NodeName: m.cfg.NodeName,
 		Drivers: m.cfg.Drivers, Policies: m.cfg.Policies, Volumes: src, Secrets: src,
-		InUse: m.volumeInUse, Synced: m.synced,
+		InUse: m.volumeInUse, Wanted: m.desire.IsVolumeWanted, Synced: m.synced,
 		RetryBaseDelay: m.cfg.Reconciler.RetryBaseDelay, RetryMaxDelay: m.cfg.Reconciler.RetryMaxDelay,
 	})
 	if err != nil {

@@ -42,6 +42,10 @@ type Config struct {
 	// InUse says whether the lifecycle still wants a volume or holds it
 	// (desired or actual state): such a volume is never detached.
 	InUse func(name volume.Name) bool
+	// Wanted says whether a pod wants a volume (the desired state): an
+	// attach starts only for a wanted volume, so that a volume being torn
+	// down is never attached again behind its teardown.
+	Wanted func(name volume.Name) bool
 	// Synced is closed once the desired state has seen every pod; recorded
 	// attachments found at start are detached only after it.
 	Synced <-chan struct{}
@@ -54,7 +58,7 @@ func (c *Config) validate() error {
 	var missing []string
 	for name, isNil := range map[string]bool{
 		"RootDir": c.RootDir == "", "NodeName": c.NodeName == "", "Drivers": c.Drivers == nil,
-		"Policies": c.Policies == nil, "InUse": c.InUse == nil, "Synced": c.Synced == nil,
+		"Policies": c.Policies == nil, "InUse": c.InUse == nil, "Wanted": c.Wanted == nil, "Synced": c.Synced == nil,
 	} {
 		if isNil {
 			missing = append(missing, name)
@@ -232,8 +236,24 @@ func (a *Attacher) controllerPublish(ctx context.Context, name volume.Name, src 
 	}
 	// The record goes first: if the agent dies during the call, the volume
 	// may be attached, and the next run must know to detach it.
+	a.mu.Lock()
+	recordedBefore := a.states[vaName] != nil && a.states[vaName].recorded
+	a.mu.Unlock()
 	if err := a.records.write(vaName, rec); err != nil {
 		return nil, false, err
+	}
+	// The reconciler decided to attach while a pod wanted the volume; the
+	// pod may be gone by now and the volume's teardown under way. Decide
+	// again right before the call: an attach never starts behind a
+	// teardown, and one that did start is followed by the teardown's
+	// detach (the lock above orders it before that detach).
+	if !a.cfg.Wanted(name) {
+		if !recordedBefore {
+			if err := a.records.remove(vaName); err != nil {
+				return nil, true, err
+			}
+		}
+		return nil, recordedBefore, fmt.Errorf("%w: no pod wants %s any more, so it is not attached", volume.ErrNotAttached, name)
 	}
 	resp, err := client.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
 		VolumeId:         src.Handle,

@@ -48,9 +48,11 @@ type env struct {
 	driver  *csiclienttest.Driver
 	drivers fakeDrivers
 	inUse   *inUseSet
-	synced  chan struct{}
-	policy  volume.Policy
-	logs    ktesting.Underlier
+	// unwanted are the volumes no pod wants (all others are wanted).
+	unwanted *inUseSet
+	synced   chan struct{}
+	policy   volume.Policy
+	logs     ktesting.Underlier
 }
 
 // fakeDrivers are the registered drivers: a connection and a node ID each.
@@ -116,10 +118,11 @@ func newEnv(t *testing.T) *env {
 	e := &env{
 		logs: logger.GetSink().(ktesting.Underlier),
 		t:    t, ctx: ctx, root: t.TempDir(),
-		driver: csiclienttest.NewDriver(driverName, nodeID),
-		inUse:  &inUseSet{names: map[volume.Name]bool{}},
-		synced: make(chan struct{}),
-		policy: volume.DefaultPolicy(),
+		driver:   csiclienttest.NewDriver(driverName, nodeID),
+		inUse:    &inUseSet{names: map[volume.Name]bool{}},
+		unwanted: &inUseSet{names: map[volume.Name]bool{}},
+		synced:   make(chan struct{}),
+		policy:   volume.DefaultPolicy(),
 	}
 	endpoint := csiclienttest.StartServer(t, e.driver.Servers())
 	client, err := csiclient.New(ctx, csiclient.Config{DriverName: driverName, Endpoint: endpoint})
@@ -145,6 +148,7 @@ func (e *env) attacher(run bool) *Attacher {
 		RootDir: e.root, NodeName: nodeName, Drivers: e.drivers, Policies: fixedPolicy{e.policy},
 		Volumes: pvs{"pv-1": pv}, Secrets: secrets{"ns/creds": {"password": "s3cret"}},
 		InUse: e.inUse.has, Synced: e.synced,
+		Wanted:         func(n volume.Name) bool { return !e.unwanted.has(n) },
 		RetryBaseDelay: 10 * time.Millisecond, RetryMaxDelay: 100 * time.Millisecond,
 	})
 	if err != nil {
@@ -446,5 +450,42 @@ func TestAttachThatNeverReachedTheDriverIsNotKept(t *testing.T) {
 	}
 	if _, err := a.Get(vaName()); !apierrors.IsNotFound(err) {
 		t.Errorf("Get after the wrapped WaitForAttach: %v, want NotFound", err)
+	}
+}
+
+// TestNoAttachForAVolumeNoPodWants: the reconciler decided to attach while a
+// pod wanted the volume, but the pod is gone by the time of the call (the
+// volume's teardown is under way): no ControllerPublishVolume is sent and
+// no record is left; a record of an earlier attach stays, its detach due.
+func TestNoAttachForAVolumeNoPodWants(t *testing.T) {
+	e := newEnv(t)
+	a := e.attacher(false)
+	e.unwanted.set(volName, true)
+	if err := a.Attach(e.ctx, volName, src); !errors.Is(err, volume.ErrNotAttached) {
+		t.Fatalf("Attach of a volume no pod wants: %v, want ErrNotAttached", err)
+	}
+	if n := e.driver.CallCount(csi.Controller_ControllerPublishVolume_FullMethodName); n != 0 {
+		t.Errorf("%d ControllerPublishVolume calls for a volume no pod wants, want 0", n)
+	}
+	if files := e.recordFiles(); len(files) != 0 {
+		t.Errorf("records %v left by an attach that did not start", files)
+	}
+
+	// Attached while wanted, then a restart: the record of that attach
+	// survives an attach refused for a volume no pod wants any more.
+	e.unwanted.set(volName, false)
+	if err := a.Attach(e.ctx, volName, src); err != nil {
+		t.Fatal(err)
+	}
+	restarted := e.attacher(false)
+	e.unwanted.set(volName, true)
+	if err := restarted.Attach(e.ctx, volName, src); !errors.Is(err, volume.ErrNotAttached) {
+		t.Fatalf("Attach after the restart: %v, want ErrNotAttached", err)
+	}
+	if n := e.driver.CallCount(csi.Controller_ControllerPublishVolume_FullMethodName); n != 1 {
+		t.Errorf("%d ControllerPublishVolume calls, want the 1 made while wanted", n)
+	}
+	if files := e.recordFiles(); !slices.Equal(files, []string{vaName() + ".json"}) {
+		t.Errorf("records %v, want the earlier attach's record kept for its detach", files)
 	}
 }
