@@ -8,16 +8,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/mount-utils"
 
+	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
+	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
 const (
@@ -28,39 +27,6 @@ const (
 	// raceExitCode is the exit code of a process whose race detector fired.
 	raceExitCode = 66
 )
-
-// The agent binary, built once per test binary (with -race when the test
-// binary has it) and removed by TestMain.
-var agentBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-// agentBinary builds ./cmd/csi-volmgr on first use and returns its path.
-func agentBinary(tb testing.TB) string {
-	tb.Helper()
-	agentBuild.once.Do(func() {
-		if agentBuild.dir, agentBuild.err = os.MkdirTemp("", "deploy-agent"); agentBuild.err != nil {
-			return
-		}
-		agentBuild.path = filepath.Join(agentBuild.dir, "csi-volmgr")
-		args := []string{"build", "-o", agentBuild.path}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, "./cmd/csi-volmgr")...)
-		cmd.Dir = repoRoot(tb)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentBuild.err = fmt.Errorf("go build ./cmd/csi-volmgr: %w\n%s", err, out)
-		}
-	})
-	if agentBuild.err != nil {
-		tb.Fatal(agentBuild.err)
-	}
-	return agentBuild.path
-}
 
 // agentConfig is one agent process.
 type agentConfig struct {
@@ -85,13 +51,8 @@ type agentConfig struct {
 
 // agentProcess is `csi-volmgr run` as a process.
 type agentProcess struct {
-	Root, RegistrationDir, LogFile string
-	Args                           []string
-
-	cmd    *exec.Cmd
-	exited chan struct{}
-	// waitErr is written before exited is closed.
-	waitErr error
+	*process.Process
+	Root, RegistrationDir string
 }
 
 // daemonSetArgs returns the container's args with the flags in overrides
@@ -146,14 +107,13 @@ func writeImpersonatingKubeconfig(env *k8stest.Env, sa corev1.ObjectReference, p
 
 // startAgent runs the agent until the test ends. Cleanups stop it first
 // (SIGTERM), then whatever the caller registered before (plugins), then
-// remove Dir.
+// remove Dir. A race report fails the test; other exit codes are for the
+// caller to judge (ExitErr).
 func startAgent(t *testing.T, cfg agentConfig) *agentProcess {
 	t.Helper()
 	a := &agentProcess{
 		Root:            filepath.Join(cfg.Dir, "root"),
 		RegistrationDir: filepath.Join(cfg.Dir, "reg"),
-		LogFile:         filepath.Join(cfg.Dir, "agent.log"),
-		exited:          make(chan struct{}),
 	}
 	kubeconfig := filepath.Join(cfg.Dir, "kubeconfig")
 	if err := writeImpersonatingKubeconfig(cfg.Env, cfg.ServiceAccount, kubeconfig); err != nil {
@@ -169,73 +129,37 @@ func startAgent(t *testing.T, cfg agentConfig) *agentProcess {
 	if err != nil {
 		t.Fatalf("agent command line from the DaemonSet: %v", err)
 	}
-	a.Args = args
-	log, err := os.Create(a.LogFile)
+	bin, err := agenttest.Binary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer log.Close()
-	a.cmd = exec.Command(agentBinary(t), args...)
-	a.cmd.Stdout, a.cmd.Stderr = log, log
-	a.cmd.Env = append(os.Environ(), fmt.Sprintf("KUBE_FEATURE_WatchListClient=%t", cfg.WatchList))
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
+	logFile := filepath.Join(cfg.Dir, "agent.log")
+	a.Process = process.New(process.Options{
+		Name:        "agent",
+		Path:        bin,
+		Args:        args,
+		Env:         append(os.Environ(), fmt.Sprintf("KUBE_FEATURE_WatchListClient=%t", cfg.WatchList)),
+		LogFile:     logFile,
+		StopTimeout: agentStopTimeout,
+	})
+	if err := a.Start(t.Context()); err != nil {
 		t.Fatalf("starting the agent: %v", err)
 	}
-	go func() {
-		a.waitErr = a.cmd.Wait()
-		close(a.exited)
-	}()
 	t.Cleanup(func() {
-		if err := a.stop(); err != nil {
-			t.Error(err)
+		if err := a.Stop(); err != nil {
+			var exit *exec.ExitError
+			switch {
+			case !errors.As(err, &exit):
+				t.Error(err) // not stopped by SIGTERM
+			case exit.ExitCode() == raceExitCode:
+				t.Errorf("the agent's race detector fired: %v", err)
+			}
 		}
 		if t.Failed() {
-			t.Logf("agent command line: %q\nagent log (%s), last %d bytes:\n%s", a.Args, a.LogFile, agentLogTail, a.tailLog())
+			t.Logf("agent command line: %q\nagent log (%s), last %d bytes:\n%s", args, logFile, agentLogTail, a.TailLog(agentLogTail))
 		}
 	})
 	return a
-}
-
-// stop sends SIGTERM and waits for the exit. A race report is an error;
-// other exit codes are for the caller to judge (ExitCode).
-func (a *agentProcess) stop() error {
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signalling the agent: %w", err)
-	}
-	timer := time.NewTimer(agentStopTimeout)
-	defer timer.Stop()
-	select {
-	case <-a.exited:
-	case <-timer.C:
-		_ = a.cmd.Process.Kill()
-		<-a.exited
-		return fmt.Errorf("the agent did not exit within %v of SIGTERM", agentStopTimeout)
-	}
-	if code := a.cmd.ProcessState.ExitCode(); code == raceExitCode {
-		return fmt.Errorf("the agent's race detector fired (exit code %d)", code)
-	}
-	return nil
-}
-
-// Exited is closed when the process has exited.
-func (a *agentProcess) Exited() <-chan struct{} { return a.exited }
-
-// ExitErr is the process's exit error once it has exited.
-func (a *agentProcess) ExitErr() error {
-	<-a.exited
-	return a.waitErr
-}
-
-func (a *agentProcess) tailLog() string {
-	data, err := os.ReadFile(a.LogFile)
-	if err != nil {
-		return fmt.Sprintf("(cannot read the log: %v)", err)
-	}
-	if len(data) > agentLogTail {
-		data = data[len(data)-agentLogTail:]
-	}
-	return string(data)
 }
 
 // agentDir makes a short directory for one agent and its plugin, removed
@@ -248,7 +172,7 @@ func agentDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		mounts, err := mountsBelow(dir)
+		mounts, err := agenttest.MountsBelow(dir)
 		if err != nil {
 			t.Errorf("reading the mount table: %v", err)
 			return
@@ -262,19 +186,4 @@ func agentDir(t *testing.T) string {
 		}
 	})
 	return dir
-}
-
-// mountsBelow lists the mount points below dir.
-func mountsBelow(dir string) ([]string, error) {
-	mps, err := mount.New("").List()
-	if err != nil {
-		return nil, fmt.Errorf("listing mounts: %w", err)
-	}
-	var out []string
-	for _, mp := range mps {
-		if strings.HasPrefix(mp.Path, dir+"/") {
-			out = append(out, mp.Path)
-		}
-	}
-	return out, nil
 }

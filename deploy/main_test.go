@@ -81,11 +81,6 @@ func stopShared() error {
 	if shared.env != nil {
 		err = shared.env.Stop()
 	}
-	if agentBuild.dir != "" {
-		if rmErr := os.RemoveAll(agentBuild.dir); rmErr != nil && err == nil {
-			err = rmErr
-		}
-	}
 	if shared.dir != "" {
 		if rmErr := os.RemoveAll(shared.dir); rmErr != nil && err == nil {
 			err = rmErr

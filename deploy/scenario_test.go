@@ -26,6 +26,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
@@ -548,7 +549,7 @@ func volumesReady(pod *corev1.Pod) *corev1.PodCondition {
 
 // isMountPoint tells whether path is a mount point.
 func isMountPoint(path string) (bool, error) {
-	mps, err := mountsBelow(filepath.Dir(path))
+	mps, err := agenttest.MountsBelow(filepath.Dir(path))
 	if err != nil {
 		return false, err
 	}

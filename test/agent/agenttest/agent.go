@@ -5,23 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
 const (
-	// startTimeout bounds the wait for a started agent to serve /healthz, when the context has no deadline.
-	startTimeout = 60 * time.Second
 	// stopTimeout bounds the wait for the agent to exit after SIGTERM before it is killed.
 	stopTimeout = 45 * time.Second
 	// pollInterval is how often the HTTP API is asked again while waiting on it.
@@ -48,7 +47,14 @@ type Options struct {
 
 // Agent is a handle on one agent process and its successors after Restart, all over the same
 // root directory, registration directory and HTTP endpoint. Its methods are safe for concurrent use.
+//
+// The embedded Process is the agent process: its Kill is a crash (mounts, records and CSI calls
+// in flight stay as they are), its Stop a node drain (SIGTERM; an unclean exit is an error, and
+// a race report makes the exit code 66; SIGKILL after 45s). Agent's own Start, Restart and Close
+// add what the agent needs.
 type Agent struct {
+	*process.Process
+
 	// Dir holds the root directory, the kubeconfig and the log. Its path is short, so that
 	// registration sockets below it stay within the unix socket path limit.
 	Dir string
@@ -60,16 +66,9 @@ type Agent struct {
 	KubeconfigPath, LogFile string
 
 	binary string
-	args   []string
 	tb     testing.TB
-
-	// mu guards the fields below, which change with every (re)start.
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	waitErr  error
-	gen      int
-	stopOnce sync.Once
+	// stopRegistered makes stopAtCleanup register the stop once.
+	stopRegistered sync.Once
 }
 
 // New builds the binary if needed and prepares an agent for tb without starting it: a directory,
@@ -86,7 +85,7 @@ func New(tb testing.TB, opts Options) *Agent {
 	a.tb = tb
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("agent log (%s), last %d bytes:\n%s", a.LogFile, logTail, a.TailLog())
+			tb.Logf("agent log (%s), last %d bytes:\n%s", a.LogFile, logTail, a.TailLog(logTail))
 		}
 		if err := a.Close(); err != nil {
 			tb.Errorf("close agent: %v", err)
@@ -129,7 +128,7 @@ func Prepare(opts Options) (*Agent, error) {
 	if verbosity == 0 {
 		verbosity = defaultVerbosity
 	}
-	a.args = []string{
+	args := []string{
 		"run",
 		"--kubeconfig=" + a.KubeconfigPath,
 		"--node-name=" + opts.NodeName,
@@ -139,9 +138,16 @@ func Prepare(opts Options) (*Agent, error) {
 		"--v=" + strconv.Itoa(verbosity),
 	}
 	if opts.CSITimeout > 0 {
-		a.args = append(a.args, "--csi-timeout="+opts.CSITimeout.String())
+		args = append(args, "--csi-timeout="+opts.CSITimeout.String())
 	}
-	a.args = append(a.args, opts.ExtraArgs...)
+	a.Process = process.New(process.Options{
+		Name:        "agent",
+		Path:        bin,
+		Args:        append(args, opts.ExtraArgs...),
+		LogFile:     a.LogFile,
+		Ready:       a.serving,
+		StopTimeout: stopTimeout,
+	})
 	return a, nil
 }
 
@@ -155,185 +161,50 @@ func freeAddress() (string, error) {
 	return addr, l.Close()
 }
 
-// Start runs a new agent process and waits until it serves /healthz. It fails if the process
-// exits first or if a process of this Agent still runs.
+// Start runs a new agent process and waits until it serves /healthz (60s at most when ctx has
+// no deadline). It fails if the process exits first or if a process of this Agent still runs;
+// an agent that does not serve is killed.
 func (a *Agent) Start(ctx context.Context) error {
-	if a.Running() {
-		return errors.New("agenttest: the agent is already running")
+	a.stopAtCleanup()
+	return a.Process.Start(ctx)
+}
+
+// stopAtCleanup makes the end of the test stop the agent, once, from the first (re)start on.
+// The cleanup is registered after the plugins' cleanups, so it runs before them: the agent goes
+// first, as on a node that is drained.
+func (a *Agent) stopAtCleanup() {
+	if a.tb == nil {
+		return
 	}
-	logFile, err := os.OpenFile(a.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("open agent log: %w", err)
-	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(a.binary, a.args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Do not outlive the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	a.mu.Lock()
-	gen := a.gen + 1
-	a.mu.Unlock()
-	_, _ = fmt.Fprintf(logFile, "=== agenttest: start %d: %s %s\n", gen, a.binary, strings.Join(a.args, " "))
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("run %s: %w", a.binary, err)
-	}
-	exited := make(chan struct{})
-	a.mu.Lock()
-	a.cmd, a.exited, a.waitErr, a.gen = cmd, exited, nil, gen
-	a.mu.Unlock()
-	if gen == 1 && a.tb != nil {
-		// Registered after the plugins' cleanups, so it runs before them:
-		// the agent goes first, as on a node that is drained.
+	a.stopRegistered.Do(func() {
 		a.tb.Cleanup(func() {
-			if err := a.stopOnceForCleanup(); err != nil {
+			if err := a.Process.Close(); err != nil {
 				a.tb.Errorf("stop agent: %v", err)
 			}
 		})
-	}
-	go func() {
-		err := cmd.Wait()
-		a.mu.Lock()
-		if a.gen == gen {
-			a.waitErr = err
-		}
-		a.mu.Unlock()
-		close(exited)
-	}()
-
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, startTimeout)
-		defer cancel()
-	}
-	serving := make(chan error, 1)
-	go func() {
-		serving <- pollUntil(ctx, func(ctx context.Context) (bool, error) {
-			code, _, err := a.Get(ctx, "/healthz")
-			return err == nil && code == 200, nil
-		})
-	}()
-	select {
-	case err := <-serving:
-		if err != nil {
-			return fmt.Errorf("agent (pid %d) did not serve /healthz: %w; log:\n%s", cmd.Process.Pid, err, a.TailLog())
-		}
-		return nil
-	case <-exited:
-		return fmt.Errorf("agent (pid %d) exited during start: %w; log:\n%s", cmd.Process.Pid, a.ExitErr(), a.TailLog())
-	}
-}
-
-// stopOnceForCleanup stops a running agent once, at the end of the test.
-func (a *Agent) stopOnceForCleanup() error {
-	var err error
-	a.stopOnce.Do(func() {
-		if a.Running() {
-			err = a.Stop()
-		}
 	})
-	return err
 }
 
-// PID returns the process ID of the current agent process; 0 before the first Start.
-func (a *Agent) PID() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cmd == nil {
-		return 0
-	}
-	return a.cmd.Process.Pid
-}
-
-// Exited returns a channel that is closed when the current agent process exits; nil before
-// the first Start.
-func (a *Agent) Exited() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.exited
-}
-
-// Running reports whether the current agent process is alive.
-func (a *Agent) Running() bool {
-	ch := a.Exited()
-	if ch == nil {
-		return false
-	}
-	select {
-	case <-ch:
-		return false
-	default:
-		return true
-	}
-}
-
-// ExitErr returns the result of the exited process as exec.Cmd.Wait reported it (nil for exit
-// code 0). It is nil while the process runs.
-func (a *Agent) ExitErr() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.waitErr
-}
-
-// Kill sends SIGKILL and waits for the process to go, as a crash would: mounts, records and
-// CSI calls in flight stay as they are. Killing an exited agent does nothing.
-func (a *Agent) Kill() error {
-	a.mu.Lock()
-	cmd, exited := a.cmd, a.exited
-	a.mu.Unlock()
-	if cmd == nil {
-		return errors.New("agenttest: the agent was never started")
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill agent: %w", err)
-	}
-	<-exited
-	return nil
-}
-
-// Stop sends SIGTERM and waits for the agent to exit. It returns an error if the exit is not
-// clean (a race report makes the exit code 66) or the agent must be killed after 45s.
-// Stopping an exited agent returns that process's exit error.
-func (a *Agent) Stop() error {
-	a.mu.Lock()
-	cmd, exited := a.cmd, a.exited
-	a.mu.Unlock()
-	if cmd == nil {
-		return errors.New("agenttest: the agent was never started")
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal agent: %w", err)
-	}
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("agent (pid %d) did not exit within %v of SIGTERM", cmd.Process.Pid, stopTimeout)
-	}
-	if err := a.ExitErr(); err != nil {
-		return fmt.Errorf("agent (pid %d) exited: %w", cmd.Process.Pid, err)
-	}
-	return nil
+// serving tells when a started agent is ready: it serves /healthz.
+func (a *Agent) serving(ctx context.Context, _ int) error {
+	return pollUntil(ctx, func(ctx context.Context) (bool, error) {
+		code, _, err := a.Get(ctx, HealthzPath)
+		return err == nil && code == http.StatusOK, nil
+	})
 }
 
 // Restart stops the agent gracefully if it still runs, then starts it again with the same
 // command line, over the same root directory and HTTP endpoint.
 func (a *Agent) Restart(ctx context.Context) error {
-	if a.Running() {
-		if err := a.Stop(); err != nil {
-			return err
-		}
-	}
-	return a.Start(ctx)
+	a.stopAtCleanup()
+	return a.Process.Restart(ctx)
 }
 
 // Close stops the agent if it still runs, unmounts whatever is still mounted below Dir (deepest
 // first) and removes Dir. A mount that cannot be unmounted keeps Dir in place for inspection.
 func (a *Agent) Close() error {
 	var errs []error
-	if err := a.stopOnceForCleanup(); err != nil {
+	if err := a.Process.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := unmountBelow(a.Dir); err != nil {
@@ -383,16 +254,4 @@ func unmountBelow(dir string) error {
 		return errors.Join(append(errs, err, fmt.Errorf("still mounted below %s: %v", dir, mps))...)
 	}
 	return nil
-}
-
-// TailLog returns the end of the agent's log, of every process so far.
-func (a *Agent) TailLog() string {
-	data, err := os.ReadFile(a.LogFile)
-	if err != nil {
-		return fmt.Sprintf("(cannot read log: %v)", err)
-	}
-	if len(data) > logTail {
-		data = data[len(data)-logTail:]
-	}
-	return string(data)
 }

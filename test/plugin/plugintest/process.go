@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,13 +15,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
 const (
 	// DefaultNodeID is the node ID a plugin started without Options.NodeID reports.
 	DefaultNodeID = "testnode"
-	// startTimeout bounds the wait for a started plugin to serve, when the context has no deadline.
-	startTimeout = 60 * time.Second
 	// stopTimeout bounds the wait for a plugin to exit after SIGTERM before it is killed.
 	stopTimeout = 30 * time.Second
 	// pollInterval is how often the journal is re-read while waiting on it.
@@ -65,7 +62,15 @@ type Options struct {
 
 // Plugin is a handle on one plugin process (and its successors after Restart).
 // Its methods are safe for concurrent use.
+//
+// The embedded Process is the plugin process: its Kill is a crash (sockets, mounts and loop
+// devices stay behind), its Stop a graceful exit that removes the sockets (an unclean exit is an
+// error, and a race report makes the exit code 66; SIGKILL after 30s), its Restart starts it
+// again with the same options and state directory and waits until it serves, and its Exited
+// channel closes e.g. after a fault rule with "exit" fired.
 type Plugin struct {
+	*process.Process
+
 	// Endpoint is the CSI socket path.
 	Endpoint string
 	// RegistrationSocket is the plugin-registration socket path, "" without Options.RegistrationDir.
@@ -75,16 +80,7 @@ type Plugin struct {
 	// Name and NodeID are the driver name and node ID the plugin reports.
 	Name, NodeID string
 
-	binary  string
-	args    []string
 	ownsDir bool
-
-	// mu guards the fields below, which change with every (re)start.
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	gen     int
 }
 
 // Start launches a plugin for a test and registers its Close with t.Cleanup. When the test has
@@ -99,7 +95,7 @@ func Start(t testing.TB, opts Options) *Plugin {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("test plugin log (%s), last %d bytes:\n%s", p.LogFile, logTail, p.tailLog())
+			t.Logf("test plugin log (%s), last %d bytes:\n%s", p.LogFile, logTail, p.TailLog(logTail))
 		}
 		if err := p.Close(); err != nil {
 			t.Errorf("close test plugin: %v", err)
@@ -115,7 +111,7 @@ func Launch(ctx context.Context, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{binary: bin, Name: opts.Name, NodeID: opts.NodeID, Dir: opts.Dir}
+	p := &Plugin{Name: opts.Name, NodeID: opts.NodeID, Dir: opts.Dir}
 	if p.Name == "" {
 		p.Name = plugin.DefaultName
 	}
@@ -143,9 +139,15 @@ func Launch(ctx context.Context, opts Options) (*Plugin, error) {
 	if opts.RegistrationDir != "" {
 		p.RegistrationSocket = plugin.RegistrationSocket(opts.RegistrationDir, p.Name)
 	}
-	p.args = p.commandLine(opts)
-
-	if err := p.start(ctx); err != nil {
+	p.Process = process.New(process.Options{
+		Name:        "plugin",
+		Path:        bin,
+		Args:        p.commandLine(opts),
+		LogFile:     p.LogFile,
+		Ready:       p.serving,
+		StopTimeout: stopTimeout,
+	})
+	if err := p.Start(ctx); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
 	return p, nil
@@ -189,145 +191,13 @@ func (p *Plugin) commandLine(opts Options) []string {
 	return append(args, opts.ExtraArgs...)
 }
 
-// start runs a new process and waits for its "start" journal entry, written once its sockets listen.
-func (p *Plugin) start(ctx context.Context) error {
-	logFile, err := os.OpenFile(p.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("open plugin log: %w", err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(p.binary, p.args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Do not outlive the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("run %s: %w", p.binary, err)
-	}
-	exited := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.exited, p.waitErr = cmd, exited, nil
-	p.gen++
-	gen := p.gen
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		p.mu.Lock()
-		if p.gen == gen {
-			p.waitErr = err
-		}
-		p.mu.Unlock()
-		close(exited)
-	}()
-
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, startTimeout)
-		defer cancel()
-	}
-	pid := cmd.Process.Pid
-	ready := make(chan error, 1)
-	go func() {
-		_, err := p.WaitForJournal(ctx, func(entries []plugin.Entry) bool {
-			for _, e := range entries {
-				if e.Event == plugin.EventStart && e.PID == pid {
-					return true
-				}
-			}
-			return false
-		})
-		ready <- err
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			return fmt.Errorf("plugin (pid %d) did not start serving: %w; log:\n%s", pid, err, p.tailLog())
-		}
-		return nil
-	case <-exited:
-		return fmt.Errorf("plugin (pid %d) exited during start: %w; log:\n%s", pid, p.ExitErr(), p.tailLog())
-	}
-}
-
-// PID returns the process ID of the current plugin process.
-func (p *Plugin) PID() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd.Process.Pid
-}
-
-// Exited returns a channel that is closed when the current plugin process exits, e.g. after a
-// fault rule with "exit" fired.
-func (p *Plugin) Exited() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exited
-}
-
-// Running reports whether the current plugin process is still alive.
-func (p *Plugin) Running() bool {
-	select {
-	case <-p.Exited():
-		return false
-	default:
-		return true
-	}
-}
-
-// ExitErr returns the result of the exited process as exec.Cmd.Wait reported it (nil for exit code 0).
-// It is nil while the process runs.
-func (p *Plugin) ExitErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.waitErr
-}
-
-// Kill sends SIGKILL and waits for the process to go, as a crash would: sockets, mounts and
-// loop devices stay behind. Killing an exited plugin does nothing.
-func (p *Plugin) Kill() error {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill plugin: %w", err)
-	}
-	<-exited
-	return nil
-}
-
-// Stop sends SIGTERM and waits for a graceful exit, which removes the sockets. It returns an error
-// if the process exits unsuccessfully (a race report makes the exit code 66) or must be killed
-// after 30s. Stopping an exited plugin returns that process's exit error.
-func (p *Plugin) Stop() error {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal plugin: %w", err)
-	}
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("plugin (pid %d) did not exit within %v of SIGTERM", cmd.Process.Pid, stopTimeout)
-	}
-	if err := p.ExitErr(); err != nil {
-		return fmt.Errorf("plugin (pid %d) exited: %w", cmd.Process.Pid, err)
-	}
-	return nil
-}
-
-// Restart stops the plugin gracefully if it still runs, then starts it again with the same
-// options and state directory and waits until it serves.
-func (p *Plugin) Restart(ctx context.Context) error {
-	if p.Running() {
-		if err := p.Stop(); err != nil {
-			return err
-		}
-	}
-	return p.start(ctx)
+// serving tells when a started plugin is ready: its "start" journal entry is written once its
+// sockets listen.
+func (p *Plugin) serving(ctx context.Context, pid int) error {
+	_, err := p.WaitForJournal(ctx, func(entries []plugin.Entry) bool {
+		return slices.ContainsFunc(entries, func(e plugin.Entry) bool { return e.Event == plugin.EventStart && e.PID == pid })
+	})
+	return err
 }
 
 // Dial opens a gRPC client connection to the plugin's CSI endpoint. The caller closes it.
@@ -348,13 +218,8 @@ func (p *Plugin) Volumes() ([]plugin.Volume, error) {
 // volumes and detaches its loop devices, and removes Dir if Launch created it.
 func (p *Plugin) Close() error {
 	var errs []error
-	p.mu.Lock()
-	started := p.cmd != nil
-	p.mu.Unlock()
-	if started && p.Running() {
-		if err := p.Stop(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := p.Process.Close(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := plugin.CleanupMounts(p.StateDir); err != nil {
 		// Removing Dir now could delete through a mount; leave it for inspection.
@@ -366,15 +231,4 @@ func (p *Plugin) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (p *Plugin) tailLog() string {
-	data, err := os.ReadFile(p.LogFile)
-	if err != nil {
-		return fmt.Sprintf("(cannot read log: %v)", err)
-	}
-	if len(data) > logTail {
-		data = data[len(data)-logTail:]
-	}
-	return string(data)
 }
