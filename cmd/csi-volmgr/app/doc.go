@@ -1,4 +1,5 @@
-// Package app holds the csi-volmgr command line: the cobra commands, their
-// flags and the wiring from flags to the agent's packages. Nothing below
-// cmd/ parses flags.
+// Package app holds the csi-volmgr command line: the cobra commands and
+// their flags. `run` turns its flags into a volumemanager.Config and runs
+// the volume manager; `status` and `drivers` read its JSON status API.
+// Nothing below cmd/ parses flags.
 package app
