@@ -1,0 +1,197 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/csi-volmgr/csi-volmgr/test/gobuild"
+)
+
+// agentVerbosity is both agents' -v: the kubelet's default log level is 0
+// and production kubelets often run at 2; 1 logs no per-volume line in
+// either agent.
+const agentVerbosity = 1
+
+// agentKind is one of the agents the benchmarks compare: how to build and
+// start it. Both run as processes of their own with flags only, each on a
+// root directory of its own below the same file system, the same API
+// server (admin credentials) and Node, and the same plugin.
+type agentKind struct {
+	// name is how the table names it; short is the prefix of its
+	// ReportMetric units.
+	name, short string
+	binary      *gobuild.Binary
+	args        func(kubeconfig, node, root, regDir, httpAddr string) []string
+	// heapMetric is the Go collector's heap gauge on its /metrics.
+	heapMetric string
+	// readyMetric is the histogram of its own "pod's volumes ready" signal,
+	// if it has one on /metrics.
+	readyMetric string
+}
+
+// The binaries: make bench-kubelet builds them (csi-volmgr and the test
+// plugin in the root module, as `make build` does) and names them in these
+// variables; without them, they are built here once per test binary.
+var (
+	kubeletBinary = &gobuild.Binary{
+		Package:     "github.com/csi-volmgr/csi-volmgr/test/kubelet/cmd/kubelet-volumes",
+		Name:        "kubelet-volumes",
+		EnvOverride: "KUBELET_VOLUMES_BINARY",
+	}
+	volmgrBinary = &gobuild.Binary{
+		Package:     "github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr",
+		Name:        "csi-volmgr-kubeletbench",
+		EnvOverride: "CSI_VOLMGR_BINARY",
+	}
+)
+
+var (
+	// kubelet is the real kubelet's volume manager (package kubeletvm)
+	// with the kubelet's defaults.
+	kubelet = &agentKind{
+		name: "kubelet", short: "kubelet", binary: kubeletBinary,
+		args: func(kubeconfig, node, root, regDir, httpAddr string) []string {
+			return []string{
+				"--kubeconfig=" + kubeconfig, "--node-name=" + node, "--root-dir=" + root,
+				"--registration-dir=" + regDir, "--http-endpoint=" + httpAddr, fmt.Sprintf("--v=%d", agentVerbosity),
+			}
+		},
+		heapMetric: "go_memstats_heap_inuse_bytes",
+	}
+	// volmgr is csi-volmgr's agent binary with the `run` command's
+	// defaults (by-name sources, API QPS 50, burst 100).
+	volmgr = &agentKind{
+		name: "csi-volmgr", short: "volmgr", binary: volmgrBinary,
+		args: func(kubeconfig, node, root, regDir, httpAddr string) []string {
+			return []string{
+				"run", "--kubeconfig=" + kubeconfig, "--node-name=" + node, "--root-dir=" + root,
+				"--registration-dir=" + regDir, "--http-endpoint=" + httpAddr, fmt.Sprintf("--v=%d", agentVerbosity),
+			}
+		},
+		heapMetric:  "go_memstats_heap_inuse_bytes",
+		readyMetric: "csi_volmgr_pod_volumes_ready_seconds",
+	}
+	// agents are compared in this order, one after the other.
+	agents = []*agentKind{kubelet, volmgr}
+)
+
+// agent is a running agent on the world's Node.
+type agent struct {
+	kind *agentKind
+	proc *process
+	// root is its root directory; regDir its registration directory.
+	root, regDir string
+}
+
+// startAgent starts kind on a fresh root directory, waits until it is
+// ready, moves the world's plugin registration socket into its
+// registration directory and waits until it registered the driver. When b
+// ends, the agent is stopped (if it still runs) and its directory removed.
+func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *agent {
+	tb.Helper()
+	bin, err := kind.binary.Path()
+	if err != nil {
+		tb.Fatalf("building %s: %v", kind.name, err)
+	}
+	// A short path: registration and CSI sockets below it must stay within
+	// the 107 bytes of a unix socket path.
+	dir, err := os.MkdirTemp("", "kb")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a := &agent{kind: kind, root: filepath.Join(dir, "root")}
+	a.regDir = filepath.Join(a.root, "plugins_registry")
+	if err := os.MkdirAll(a.regDir, 0o750); err != nil {
+		tb.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, w.fx.Env.KubeConfig, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	addr, err := freeAddress()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a.proc = &process{binary: bin, logFile: filepath.Join(dir, kind.short+".log"), httpAddr: addr,
+		args: kind.args(kubeconfig, w.fx.NodeName, a.root, a.regDir, addr)}
+	tb.Cleanup(func() {
+		if err := a.stop(tb, w); err != nil {
+			tb.Errorf("stopping %s: %v", kind.name, err)
+		}
+		if tb.Failed() {
+			tb.Logf("%s log: %s", kind.name, a.proc.logFile)
+			return
+		}
+		removeUnmounted(tb, dir)
+	})
+	if err := a.proc.start(ctx); err != nil {
+		tb.Fatalf("starting %s: %v", kind.name, err)
+	}
+	w.moveSocket(tb, w.holdDir, a.regDir)
+	waitFor(ctx, tb, 20*time.Millisecond, time.Minute, kind.name+" registered the driver", func() (bool, error) {
+		return a.hasDriver(ctx, w.driver)
+	})
+	return a
+}
+
+// stop stops the agent (SIGTERM; both leave the volumes mounted) and moves
+// the registration socket back out of its directory.
+func (a *agent) stop(tb testing.TB, w *world) error {
+	tb.Helper()
+	if !a.proc.running() {
+		return nil
+	}
+	err := a.proc.stop()
+	if _, serr := os.Stat(filepath.Join(a.regDir, w.socketName())); serr == nil {
+		w.moveSocket(tb, a.regDir, w.holdDir)
+	}
+	return err
+}
+
+// restart ends the agent process, with SIGKILL as a crash would if crash,
+// else with SIGTERM, and starts it again with the same flags on the same
+// root directory; the registration socket stays in place, so the new
+// process registers the driver again from its first scan. It returns when
+// the agent is ready and lists the driver.
+func (a *agent) restart(ctx context.Context, tb testing.TB, w *world, crash bool) {
+	tb.Helper()
+	end := a.proc.stop
+	if crash {
+		end = a.proc.kill
+	}
+	if err := end(); err != nil {
+		tb.Fatalf("ending %s: %v", a.kind.name, err)
+	}
+	if err := a.proc.start(ctx); err != nil {
+		tb.Fatalf("restarting %s: %v", a.kind.name, err)
+	}
+	waitFor(ctx, tb, 20*time.Millisecond, time.Minute, a.kind.name+" registered the driver again", func() (bool, error) {
+		return a.hasDriver(ctx, w.driver)
+	})
+}
+
+// hasDriver reports whether the agent lists the driver as registered
+// (both agents answer /api/v1/drivers with a list of {"name": ...}).
+func (a *agent) hasDriver(ctx context.Context, driver string) (bool, error) {
+	code, body, err := a.proc.get(ctx, "/api/v1/drivers")
+	if err != nil || code != http.StatusOK {
+		return false, nil //nolint:nilerr // not serving yet: ask again
+	}
+	var drivers []namedItem
+	if err := json.Unmarshal(body, &drivers); err != nil {
+		return false, fmt.Errorf("decoding /api/v1/drivers: %w", err)
+	}
+	return slices.Contains(drivers, namedItem{Name: driver}), nil
+}
+
+// namedItem is what both agents' JSON lists have in common.
+type namedItem struct {
+	Name string `json:"name"`
+}

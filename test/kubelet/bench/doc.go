@@ -1,0 +1,20 @@
+// Package bench runs the real kubelet's volume manager and csi-volmgr one
+// after the other on the same objects — one kube-apiserver (test/k8s), one
+// Node, the CSI test plugin over real plugin registration and real bind
+// mounts, the same PVCs and PVs — and prints each figure for both and
+// their ratio (issue 17).
+//
+// Both agents run as processes of their own, started with command-line
+// flags: kubelet-volumes (package kubeletvm: the kubelet's volumemanager,
+// CSI plugin and plugin manager with the kubelet's defaults) and
+// csi-volmgr's `run` command. Separate processes measure each agent's CPU
+// time and memory as /proc reports them for that process alone, and keep
+// the kubelet's CSI plugin globals (one set per process) apart from
+// everything else. What either agent did is read from the plugin's
+// journal, which costs neither agent anything; their HTTP endpoints are
+// asked only outside the measured windows.
+//
+// A row of the table is a scenario (scenario_test.go): a function that
+// measures one started agent on the world and leaves the world as it
+// found it; sideBySide runs it on each agent and prints the table.
+package bench
