@@ -131,6 +131,7 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 		}
 		removeUnmounted(tb, dir)
 	})
+	w.forgetVolumesInUse(ctx, tb)
 	if err := a.proc.start(ctx); err != nil {
 		tb.Fatalf("starting %s: %v", kind.name, err)
 	}

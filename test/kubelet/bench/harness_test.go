@@ -2,9 +2,11 @@ package bench_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -23,7 +25,7 @@ const harnessPods = 3
 //	cd test/kubelet && go test -run=AgentsRestart ./bench/   (make bench-kubelet builds the binaries)
 func TestAgentsRestart(t *testing.T) {
 	ctx := t.Context()
-	w := newWorld(ctx, t, "harness.kubelet-bench.csi-volmgr.io", harnessPods)
+	w := newWorld(ctx, t, worldOptions{driver: "harness.kubelet-bench.csi-volmgr.io", volumes: harnessPods})
 	for _, kind := range agents {
 		t.Run(kind.name, func(t *testing.T) {
 			a := startAgent(ctx, t, w, kind)
@@ -76,6 +78,43 @@ func TestAgentsRestart(t *testing.T) {
 			}
 			teardown := w.deletePods(ctx, t, a, harnessPods)
 			t.Logf("%s: teardown %v", kind.name, teardown.Round(time.Millisecond))
+			if err := a.stop(t, w); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestAttachRequired checks the harness with an attach-required driver,
+// for each agent: the world attaches the volume as the attach/detach
+// controller and external-attacher would (attach) before the pod exists;
+// the agent publishes the pod's volume and reports it in the Node's
+// volumesInUse. For the kubelet that goes through the node status
+// stand-in: the reconciler verifies an attachable volume only once a node
+// status update reported it in use, so it waits for the next status loop
+// (NodeStatusUpdateFrequency, 10 s); the time is printed.
+func TestAttachRequired(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(ctx, t, worldOptions{driver: "attach.kubelet-bench.csi-volmgr.io", volumes: 1, attachRequired: true})
+	v := w.volumes[0]
+	w.attach(ctx, t, v)
+	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + w.driver + "^" + v.handle)
+	for _, kind := range agents {
+		t.Run(kind.name, func(t *testing.T) {
+			a := startAgent(ctx, t, w, kind)
+			began := time.Now()
+			if _, err := w.creator.CoreV1().Pods(w.fx.Namespace).Create(ctx,
+				newPod(kind.short+"-attach", w.fx.NodeName, v.claim), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			w.waitPublished(ctx, t, a, began)
+			t.Logf("%s: attach-required volume published %v after the pod was created",
+				kind.name, time.Since(began).Round(time.Millisecond))
+			waitFor(ctx, t, 100*time.Millisecond, time.Minute, kind.name+" reported the volume in use", func() (bool, error) {
+				node, err := w.creator.CoreV1().Nodes().Get(ctx, w.fx.NodeName, metav1.GetOptions{})
+				return err == nil && slices.Contains(node.Status.VolumesInUse, unique), err
+			})
+			w.deletePods(ctx, t, a, 1)
 			if err := a.stop(t, w); err != nil {
 				t.Fatal(err)
 			}

@@ -69,7 +69,7 @@ const (
 func BenchmarkKubeletBaseline(b *testing.B) {
 	counts := podCounts(b)
 	idle := idleWindow(b)
-	w := newWorld(b.Context(), b, "baseline.kubelet-bench.csi-volmgr.io", slices.Max(counts))
+	w := newWorld(b.Context(), b, worldOptions{driver: "baseline.kubelet-bench.csi-volmgr.io", volumes: slices.Max(counts)})
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			for range b.N {

@@ -44,10 +44,11 @@ const (
 
 // world is what both agents see, one after the other: one Node, the CSI
 // test plugin (its registration socket waits in holdDir while no agent
-// runs), the driver's CSIDriver (attachRequired=false) and len(volumes)
-// plugin volumes, each with a bound PVC and PV.
+// runs), the driver's CSIDriver and plugin volumes, each with a bound PVC
+// and PV.
 type world struct {
 	fx      *k8stest.Fixture
+	opts    worldOptions
 	creator kubernetes.Interface
 	plugin  *plugintest.Plugin
 	driver  string
@@ -56,17 +57,30 @@ type world struct {
 	journal *journalTail
 }
 
+// worldOptions says what a world holds.
+type worldOptions struct {
+	// driver is the CSI driver's name, unique per world (the CSIDriver
+	// object is cluster-scoped).
+	driver string
+	// volumes is how many volumes (PVC and PV each) it holds.
+	volumes int
+	// attachRequired is the CSIDriver's attachRequired: the world then
+	// plays the attach/detach controller and external-attacher (attach).
+	attachRequired bool
+}
+
 // benchVolume is one test-plugin volume with its claim and PV.
 type benchVolume struct {
 	handle, claim, pv string
 }
 
-// newWorld builds the world with n volumes.
-func newWorld(ctx context.Context, tb testing.TB, driver string, n int) *world {
+// newWorld builds a world.
+func newWorld(ctx context.Context, tb testing.TB, o worldOptions) *world {
 	tb.Helper()
 	fx := k8stest.New(tb)
 	fx.CreateNode(tb)
-	w := &world{fx: fx, creator: fastClient(tb, fx.Config), driver: driver}
+	driver := o.driver
+	w := &world{fx: fx, opts: o, creator: fastClient(tb, fx.Config), driver: driver}
 
 	var err error
 	if w.holdDir, err = os.MkdirTemp("", "kbhold"); err != nil {
@@ -82,7 +96,7 @@ func newWorld(ctx context.Context, tb testing.TB, driver string, n int) *world {
 	}
 	tb.Cleanup(func() { _ = w.journal.close() })
 
-	attach := false
+	attach := o.attachRequired
 	if _, err := w.creator.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: driver},
 		Spec:       storagev1.CSIDriverSpec{AttachRequired: &attach},
@@ -93,8 +107,8 @@ func newWorld(ctx context.Context, tb testing.TB, driver string, n int) *world {
 		_ = w.creator.StorageV1().CSIDrivers().Delete(context.WithoutCancel(ctx), driver, metav1.DeleteOptions{})
 	})
 	began := time.Now()
-	w.createVolumes(ctx, tb, n)
-	tb.Logf("setup: %d CSI volumes, PVCs and bound PVs created in %v", n, time.Since(began).Round(time.Millisecond))
+	w.createVolumes(ctx, tb, o.volumes)
+	tb.Logf("setup: %d CSI volumes, PVCs and bound PVs created in %v", o.volumes, time.Since(began).Round(time.Millisecond))
 	return w
 }
 

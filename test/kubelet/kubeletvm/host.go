@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -159,7 +159,7 @@ func (h *volumeHost) storageError() error {
 
 // NewWrapperMounter is the kubelet's: the wrapped volume's plugin makes
 // the mounter (kubelet_volumes.go newVolumeMounterFromPlugins).
-func (h *volumeHost) NewWrapperMounter(volName string, spec volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+func (h *volumeHost) NewWrapperMounter(volName string, spec volume.Spec, pod *corev1.Pod) (volume.Mounter, error) {
 	if spec.Volume != nil {
 		spec.Volume.Name = "wrapped_" + volName
 	}
@@ -184,7 +184,7 @@ func (h *volumeHost) NewWrapperUnmounter(volName string, spec volume.Spec, podUI
 
 // The Node, from the node informer (kubelet GetNode).
 
-func (h *volumeHost) node() (*v1.Node, error) {
+func (h *volumeHost) node() (*corev1.Node, error) {
 	node, err := h.nodeLister.Get(string(h.nodeName))
 	if err != nil {
 		return nil, fmt.Errorf("error retrieving node: %w", err)
@@ -192,7 +192,7 @@ func (h *volumeHost) node() (*v1.Node, error) {
 	return node, nil
 }
 
-func (h *volumeHost) GetNodeAllocatable() (v1.ResourceList, error) {
+func (h *volumeHost) GetNodeAllocatable() (corev1.ResourceList, error) {
 	node, err := h.node()
 	if err != nil {
 		return nil, err
@@ -208,12 +208,12 @@ func (h *volumeHost) GetNodeLabels() (map[string]string, error) {
 	return node.Labels, nil
 }
 
-func (h *volumeHost) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]string, error) {
+func (h *volumeHost) GetAttachedVolumesFromNodeStatus() (map[corev1.UniqueVolumeName]string, error) {
 	node, err := h.node()
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[v1.UniqueVolumeName]string, len(node.Status.VolumesAttached))
+	out := make(map[corev1.UniqueVolumeName]string, len(node.Status.VolumesAttached))
 	for _, av := range node.Status.VolumesAttached {
 		out[av.Name] = av.DevicePath
 	}
@@ -224,12 +224,12 @@ func (h *volumeHost) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName
 
 var errNoManager = errors.New("not supported by the kubeletvm harness (no secret, ConfigMap, ClusterTrustBundle or PodCertificate manager)")
 
-func (h *volumeHost) GetSecretFunc() func(namespace, name string) (*v1.Secret, error) {
-	return func(string, string) (*v1.Secret, error) { return nil, errNoManager }
+func (h *volumeHost) GetSecretFunc() func(namespace, name string) (*corev1.Secret, error) {
+	return func(string, string) (*corev1.Secret, error) { return nil, errNoManager }
 }
 
-func (h *volumeHost) GetConfigMapFunc() func(namespace, name string) (*v1.ConfigMap, error) {
-	return func(string, string) (*v1.ConfigMap, error) { return nil, errNoManager }
+func (h *volumeHost) GetConfigMapFunc() func(namespace, name string) (*corev1.ConfigMap, error) {
+	return func(string, string) (*corev1.ConfigMap, error) { return nil, errNoManager }
 }
 
 func (h *volumeHost) GetServiceAccountTokenFunc() func(namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {

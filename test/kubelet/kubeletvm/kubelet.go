@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	pluginwatcherapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/kubeletconfig"
@@ -76,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Kubelet, error) {
 	// cmd/kubelet/app/server.go: mount.New(""); the event broadcaster.
 	k.mounter = mount.New("")
 	k.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
-	k.recorder = k.broadcaster.NewRecorder(legacyscheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+	k.recorder = k.broadcaster.NewRecorder(legacyscheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 
 	// The kubelet's one-node informer (NewMainKubelet).
 	k.nodeInformer = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Kubelet, error) {
 
 	k.plugins = pluginmanager.NewPluginManager(cfg.RegistrationDir, k.recorder)
 	k.drivers = &driverObserver{PluginHandler: csi.PluginHandler, drivers: map[string]DriverRecord{}}
-	k.plugins.AddHandler(pluginwatcherapi.CSIPlugin, k.drivers)
+	k.plugins.AddHandler(registerapi.CSIPlugin, k.drivers)
 
 	k.workers = newPodWorkers(cfg.Kubelet.SyncFrequency.Duration, k.logger.WithName("podworkers"))
 	k.vm = volumemanager.NewVolumeManager(
@@ -219,7 +219,7 @@ func (k *Kubelet) syncLoop(ctx context.Context) {
 			now := time.Now()
 			switch u.Op {
 			case kubetypes.ADD:
-				pods := append([]*v1.Pod(nil), u.Pods...)
+				pods := append([]*corev1.Pod(nil), u.Pods...)
 				sort.SliceStable(pods, func(i, j int) bool {
 					return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp)
 				})
@@ -304,4 +304,4 @@ func (k *Kubelet) mountedOnDisk(uid types.UID) bool {
 // tracker, which only feeds a metric.
 type noStartupObserver struct{}
 
-func (noStartupObserver) ObservedPodOnWatch(klog.Logger, *v1.Pod, time.Time) {}
+func (noStartupObserver) ObservedPodOnWatch(klog.Logger, *corev1.Pod, time.Time) {}

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,7 +66,7 @@ func (s *nodeStatusSyncer) sync(ctx context.Context) {
 // try is tryUpdateNodeStatus with the VolumesInUse setter alone.
 func (s *nodeStatusSyncer) try(ctx context.Context, try int) error {
 	k := s.k
-	var original *v1.Node
+	var original *corev1.Node
 	var err error
 	if try == 0 {
 		original, err = k.nodeLister.Get(k.cfg.NodeName)

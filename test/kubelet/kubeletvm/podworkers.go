@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -62,7 +62,7 @@ type podWorkers struct {
 
 // podWorker is one pod's worker state.
 type podWorker struct {
-	pod                  *v1.Pod
+	pod                  *corev1.Pod
 	terminationRequested bool
 	terminated           bool
 	finished             bool
@@ -101,7 +101,7 @@ func newPodWorkers(resync time.Duration, logger klog.Logger) *podWorkers {
 // update hands a new or changed pod to its worker (the kubelet's
 // UpdatePod with SyncPodCreate or SyncPodUpdate); a pod with a deletion
 // timestamp is terminated.
-func (p *podWorkers) update(ctx context.Context, pod *v1.Pod, now time.Time) {
+func (p *podWorkers) update(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.workers[pod.UID]
@@ -120,7 +120,7 @@ func (p *podWorkers) update(ctx context.Context, pod *v1.Pod, now time.Time) {
 }
 
 // remove terminates the worker of a pod that left the config.
-func (p *podWorkers) remove(pod *v1.Pod, now time.Time) {
+func (p *podWorkers) remove(pod *corev1.Pod, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.workers[pod.UID]
