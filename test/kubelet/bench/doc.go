@@ -14,6 +14,13 @@
 // journal, which costs neither agent anything; their HTTP endpoints are
 // asked only outside the measured windows.
 //
+// For attach-required drivers the world plays the attach/detach controller
+// and external-attacher (attach_test.go): a VolumeAttachment marked
+// attached and the volume in node.status.volumesAttached, the same objects
+// for both agents. TestAgentsRestart and TestAttachRequired check the
+// harness itself (restart on the same root directory; attach-required
+// volumes through the kubelet's node status stand-in).
+//
 // A row of the table is a scenario (scenario_test.go): a function that
 // measures one started agent on the world and leaves the world as it
 // found it; sideBySide runs it on each agent and prints the table.

@@ -94,12 +94,8 @@ func New(ctx context.Context, cfg Config) (*Kubelet, error) {
 	k.podManager = kubepod.NewBasicPodManager()
 
 	// The volume plugins (cmd/kubelet/app/plugins.go) on the volume host.
-	plugins, err := probeVolumePlugins()
-	if err != nil {
-		return nil, err
-	}
 	k.host = newVolumeHost(cfg.Client, nodeName, cfg.RootDir, k.nodeLister, k.recorder, k.mounter)
-	if err := k.host.pluginMgr.InitPlugins(plugins, nil, k.host); err != nil {
+	if err := k.host.pluginMgr.InitPlugins(probeVolumePlugins(), nil, k.host); err != nil {
 		return nil, fmt.Errorf("initializing volume plugins: %w", err)
 	}
 

@@ -25,7 +25,7 @@ import (
 // whether it supports a volume, so all of them are here, not only CSI. The
 // flexvolume prober (GetDynamicPluginProber) is left out: it watches the
 // kubelet's flexvolume directory, which has nothing in it here.
-func probeVolumePlugins() ([]volume.VolumePlugin, error) {
+func probeVolumePlugins() []volume.VolumePlugin {
 	var all []volume.VolumePlugin
 	all = append(all, emptydir.ProbeVolumePlugins()...)
 	all = append(all, git_repo.ProbeVolumePlugins()...)
@@ -42,5 +42,5 @@ func probeVolumePlugins() ([]volume.VolumePlugin, error) {
 	if utilfeature.DefaultFeatureGate.Enabled(features.ImageVolume) {
 		all = append(all, image.ProbeVolumePlugins()...)
 	}
-	return all, nil
+	return all
 }
