@@ -79,6 +79,13 @@ type Config struct {
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion, for nodes that have no kubelet.
 	RemoveTerminatingPods bool
+	// WaitForContainersStopped is set when a runtime runs the pods'
+	// containers: a pod's volumes are torn down once the runtime said its
+	// containers stopped (ContainersStopped), the pod is terminal or it left
+	// the node, never only because it is marked for deletion.
+	WaitForContainersStopped bool
+	// PodObserver, when set, is told of every change of a pod's volumes.
+	PodObserver PodObserver
 	// CompletePodDeletion deletes a pod marked for deletion (grace period
 	// 0, UID precondition) once its volumes are torn down, as a kubelet does
 	// after its containers stop: for nodes where the agent is the only
@@ -175,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if m.pop, err = populator.New(populator.Config{
 		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
+		WaitForContainersStopped: cfg.WaitForContainersStopped,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -194,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	rcfg := cfg.Reconciler
 	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
-	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
+	rcfg.Status, rcfg.Events, rcfg.InUse = observe(in.status, cfg.PodObserver), in.events, in.inUse
 	rcfg.Ready = met
 	if cfg.Reconciler.Ready != nil {
 		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}

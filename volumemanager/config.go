@@ -41,6 +41,14 @@ type Config struct {
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion (for nodes without a kubelet). Cluster mode only.
 	RemoveTerminatingPods bool
+	// WaitForContainersStopped is for a runtime that runs the pods'
+	// containers (virtual-kubelet provider, sandbox host): a pod's volumes
+	// are torn down once the runtime said its containers stopped
+	// (VolumeManager.ContainersStopped, or the HTTP API), the pod reached a
+	// terminal phase or it left the API server (or the manifests) — never
+	// only because it is marked for deletion, while its containers may
+	// still use the mounts.
+	WaitForContainersStopped bool
 	// ClusterWideInformers caches every PVC, PV and VolumeAttachment of the
 	// cluster instead of watching the referenced ones by name (small
 	// clusters only). Cluster mode only.

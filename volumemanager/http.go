@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Paths of the JSON status API that Handler serves.
@@ -39,6 +41,10 @@ type VolumeStatus struct {
 // PodStatus is one pod's publish of a volume in the JSON status API.
 type PodStatus struct {
 	UID string `json:"uid"`
+	// Namespace and Name are the pod's, when the agent knows them (not for
+	// a publish found on disk at start whose pod is gone).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
 	// State is the publish state: NotPublished, PublishUncertain or Published.
 	State      string     `json:"state"`
 	TargetPath string     `json:"targetPath,omitempty"`
@@ -90,7 +96,7 @@ func (vm *VolumeManager) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET "+VolumesPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, volumeStatuses(vm.manager.Snapshot()))
+		writeJSON(w, volumeStatuses(vm.manager.Snapshot(), vm.waiters.name))
 	})
 	mux.HandleFunc("GET "+DriversPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, driverStatuses(r, vm.registry.List()))
@@ -103,17 +109,22 @@ func (vm *VolumeManager) Handler() http.Handler {
 		}
 		writeJSON(w, rs)
 	})
+	vm.registerPodAPI(mux)
 	return mux
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	writeJSONBody(w, v)
+}
+
+func writeJSONBody(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }
 
-func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
+func volumeStatuses(vols []asw.VolumeStatus, podName func(types.UID) (volume.PodInfo, bool)) []VolumeStatus {
 	out := make([]VolumeStatus, 0, len(vols))
 	for _, v := range vols {
 		vs := VolumeStatus{
@@ -123,7 +134,11 @@ func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
 			LastError: errorInfo(v.LastError),
 		}
 		for _, p := range v.Pods {
-			vs.Pods = append(vs.Pods, PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)})
+			ps := PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)}
+			if info, ok := podName(p.Key.Pod); ok {
+				ps.Namespace, ps.Name = info.Namespace, info.Name
+			}
+			vs.Pods = append(vs.Pods, ps)
 		}
 		slices.SortFunc(vs.Pods, func(a, b PodStatus) int { return strings.Compare(a.UID, b.UID) })
 		out = append(out, vs)

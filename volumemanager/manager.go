@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 
@@ -48,6 +49,8 @@ type VolumeManager struct {
 	standalone *manifests.Source
 	// listener serves Handler when Config.HTTPEndpoint is set.
 	listener net.Listener
+	// waiters wake the runtime's waits for a pod's volumes.
+	waiters *podWaiters
 }
 
 // New checks cfg and builds a VolumeManager; nothing runs before Run. Its
@@ -75,9 +78,12 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 	}); err != nil {
 		return nil, err
 	}
+	vm.waiters = newPodWaiters(func(uid types.UID) int { return len(vm.manager.PodVolumes(uid)) })
 	lcfg := lifecycle.Config{
 		NodeName: cfg.NodeName, RootDir: cfg.RootDir,
-		Drivers: lifecycleDrivers{vm.registry}, Policies: vm.policies,
+		WaitForContainersStopped: cfg.WaitForContainersStopped,
+		PodObserver:              vm.waiters,
+		Drivers:                  lifecycleDrivers{vm.registry}, Policies: vm.policies,
 		Registerer:            vm.metrics,
 		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		CompletePodDeletion:   cfg.RegisterNode,

@@ -40,6 +40,11 @@ type Config struct {
 	// is deleted or terminal. For nodes without a kubelet, where nobody
 	// stops the pod's containers before it is deleted.
 	RemoveTerminatingPods bool
+	// WaitForContainersStopped is set when a runtime runs the pods'
+	// containers and says when they stopped (ContainersStopped): a pod
+	// leaves the desired state on that signal, when it is terminal or when
+	// it is gone, never because it is marked for deletion.
+	WaitForContainersStopped bool
 	// Workers is the number of pods resolved in parallel; 0 means 2.
 	Workers int
 	// Clock stamps when pods are first seen; nil means the real clock.
@@ -86,6 +91,8 @@ type Populator struct {
 	initial  map[types.UID]struct{}
 	isSynced bool
 	synced   chan struct{}
+
+	stops stopSignals
 }
 
 // New returns a Populator for cfg and subscribes it to the Source's and the
@@ -212,6 +219,9 @@ func (p *Populator) processNext(ctx context.Context) bool {
 func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	logger := klog.FromContext(ctx)
 	pod, ok := p.cfg.Source.Pod(uid)
+	if !ok {
+		p.forgetSignal(uid)
+	}
 	if !ok || p.leaving(pod) {
 		p.cfg.DesiredState.DeletePod(uid)
 		p.cfg.Source.SetReferences(uid, source.References{})
@@ -252,10 +262,14 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 }
 
 // leaving tells whether the pod no longer wants its volumes: it is terminal,
-// or (RemoveTerminatingPods) marked for deletion.
+// its runtime said its containers stopped, or (RemoveTerminatingPods,
+// without a runtime that signals) it is marked for deletion.
 func (p *Populator) leaving(pod *corev1.Pod) bool {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return true
+	}
+	if leaves, decided := p.runtimeSignal(pod.UID); decided {
+		return leaves
 	}
 	return p.cfg.RemoveTerminatingPods && pod.DeletionTimestamp != nil
 }

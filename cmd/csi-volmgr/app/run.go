@@ -81,19 +81,20 @@ func flagErrors(err error) error {
 // unmounts on the way out.
 func run(ctx context.Context, o *RunOptions) error {
 	cfg := volumemanager.Config{
-		NodeName:              o.NodeName,
-		RootDir:               o.RootDir,
-		RegistrationDir:       o.RegistrationDir,
-		Manifests:             o.Manifests,
-		RegisterNode:          o.RegisterNode,
-		RemoveTerminatingPods: o.RemoveTerminating,
-		ClusterWideInformers:  o.ClusterWideInformers,
-		ResyncPeriod:          o.ResyncPeriod,
-		CSITimeout:            o.CSITimeout,
-		FrontEndpoint:         o.FrontEndpoint,
-		FrontDriver:           o.FrontDriver,
-		HTTPEndpoint:          o.HTTPEndpoint,
-		Version:               version,
+		NodeName:                 o.NodeName,
+		RootDir:                  o.RootDir,
+		RegistrationDir:          o.RegistrationDir,
+		Manifests:                o.Manifests,
+		RegisterNode:             o.RegisterNode,
+		RemoveTerminatingPods:    o.RemoveTerminating,
+		WaitForContainersStopped: o.WaitForStopped,
+		ClusterWideInformers:     o.ClusterWideInformers,
+		ResyncPeriod:             o.ResyncPeriod,
+		CSITimeout:               o.CSITimeout,
+		FrontEndpoint:            o.FrontEndpoint,
+		FrontDriver:              o.FrontDriver,
+		HTTPEndpoint:             o.HTTPEndpoint,
+		Version:                  version,
 	}
 	if o.Manifests == "" {
 		restConfig, err := kubeConfig(o)

@@ -96,7 +96,11 @@ func printVolumes(out io.Writer, vols []volumemanager.VolumeStatus, now time.Tim
 		var pods []string
 		lastErr := v.LastError
 		for _, p := range v.Pods {
-			pods = append(pods, p.UID+"="+p.State)
+			who := p.UID
+			if p.Name != "" {
+				who = p.Namespace + "/" + p.Name
+			}
+			pods = append(pods, who+"="+p.State)
 			if lastErr == nil && p.LastError != nil {
 				lastErr = p.LastError
 			}
