@@ -92,6 +92,7 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	wg.Go(func() { c.src.Run(ctx) })
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
+	wg.Go(func() { c.inUse.WatchNode(ctx) })
 	if c.fin != nil {
 		wg.Go(func() { c.fin.Run(ctx) })
 	}
