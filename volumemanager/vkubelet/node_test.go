@@ -68,7 +68,9 @@ func TestVolumesInUseSurvivesTheNodeControllersPatches(t *testing.T) {
 			go inUse.WatchNode(ctx)
 			a, b := volume.Name("kubernetes.io/csi/d^a"), volume.Name("kubernetes.io/csi/d^b")
 			inUse.Set([]volume.Name{a})
-			stale := waitForNode(t, f, "volume a in use", func(n *corev1.Node) bool { return slices.Equal(n.Status.VolumesInUse, []corev1.UniqueVolumeName{corev1.UniqueVolumeName(a)}) })
+			stale := waitForNode(t, f, "volume a in use", func(n *corev1.Node) bool {
+				return slices.Equal(n.Status.VolumesInUse, []corev1.UniqueVolumeName{corev1.UniqueVolumeName(a)})
+			})
 			if wrapped && stale.Annotations[vkubelet.ControllerManagedAttachAnnotation] != "true" {
 				t.Errorf("Node annotations %v: no %s", stale.Annotations, vkubelet.ControllerManagedAttachAnnotation)
 			}
