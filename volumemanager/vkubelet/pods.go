@@ -10,9 +10,11 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
@@ -28,6 +30,7 @@ type VolumeManager interface {
 	GetMountedVolumesForPod(uid types.UID) map[string]volumemanager.MountedVolume
 	ContainersStopped(uid types.UID)
 	WaitForUnmount(ctx context.Context, pod *corev1.Pod) error
+	PodVolumes(uid types.UID) (volumemanager.PodVolumes, bool)
 }
 
 var _ VolumeManager = &volumemanager.VolumeManager{}
@@ -68,7 +71,7 @@ func NewPodHandler(provider node.PodLifecycleHandler, cfg Config) (node.PodLifec
 	if cfg.UnmountTimeout == 0 {
 		cfg.UnmountTimeout = DefaultMountTimeout
 	}
-	h := &podHandler{PodLifecycleHandler: provider, cfg: cfg, deleting: map[types.UID]*corev1.Pod{}}
+	h := &podHandler{PodLifecycleHandler: provider, cfg: cfg, deleting: map[types.UID]*corev1.Pod{}, since: map[types.UID]transition{}}
 	if n, ok := provider.(node.PodNotifier); ok {
 		return &notifyingPodHandler{podHandler: h, notifier: n}, nil
 	}
@@ -88,6 +91,13 @@ type podHandler struct {
 	// provider reported meanwhile (nil while none).
 	deleting map[types.UID]*corev1.Pod
 	notify   func(*corev1.Pod)
+	// since is when each pod's VolumesReady condition took its status.
+	since map[types.UID]transition
+}
+
+type transition struct {
+	status corev1.ConditionStatus
+	at     metav1.Time
 }
 
 // CreatePod waits for the pod's volumes, then creates the pod in the
@@ -135,6 +145,9 @@ func (h *podHandler) release(uid types.UID, unmounted bool) {
 	h.mu.Lock()
 	held := h.deleting[uid]
 	delete(h.deleting, uid)
+	if unmounted {
+		delete(h.since, uid)
+	}
 	notify := h.notify
 	h.mu.Unlock()
 	switch {
@@ -176,8 +189,55 @@ func (h *notifyingPodHandler) NotifyPods(ctx context.Context, cb func(*corev1.Po
 			}
 			h.mu.Unlock()
 		}
-		cb(pod)
+		cb(h.withVolumesReady(pod))
 	})
+}
+
+// GetPodStatus adds the VolumesReady condition to the provider's status.
+func (h *podHandler) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	st, err := h.PodLifecycleHandler.GetPodStatus(ctx, namespace, name)
+	if err != nil || st == nil {
+		return st, err
+	}
+	pod, err := h.PodLifecycleHandler.GetPod(ctx, namespace, name)
+	if err != nil || pod == nil {
+		return st, nil //nolint:nilerr // the status without the condition
+	}
+	pod = pod.DeepCopy()
+	pod.Status = *st.DeepCopy()
+	return &h.withVolumesReady(pod).Status, nil
+}
+
+// withVolumesReady adds the volume manager's csi-volmgr.io/VolumesReady
+// condition to a status the provider reports: the pod controller replaces
+// the pod's whole status with it (UpdateStatus), which would drop the
+// condition the volume manager wrote.
+func (h *podHandler) withVolumesReady(pod *corev1.Pod) *corev1.Pod {
+	pv, ok := h.cfg.Volumes.PodVolumes(pod.UID)
+	if !ok || pv.State == volumemanager.PodVolumesTearingDown {
+		return pod
+	}
+	cond := corev1.PodCondition{Type: status.ConditionVolumesReady, Status: corev1.ConditionTrue}
+	if pv.State != volumemanager.PodVolumesReady {
+		cond.Status, cond.Reason, cond.Message = corev1.ConditionFalse, pv.Reason, pv.Message
+	}
+	h.mu.Lock()
+	t, ok := h.since[pod.UID]
+	if !ok || t.status != cond.Status {
+		t = transition{status: cond.Status, at: metav1.Now()}
+		h.since[pod.UID] = t
+	}
+	h.mu.Unlock()
+	cond.LastTransitionTime = t.at
+	pod = pod.DeepCopy()
+	conds := make([]corev1.PodCondition, 0, len(pod.Status.Conditions)+1)
+	for _, c := range pod.Status.Conditions {
+		if c.Type != cond.Type {
+			conds = append(conds, c)
+		}
+	}
+	pod.Status.Conditions = append(conds, cond)
+	return pod
 }
 
 // terminal says whether the pod's status says its containers are done.
