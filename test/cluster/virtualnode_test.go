@@ -79,7 +79,9 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	if ephemeralPV != "pv-scratch" {
 		t.Errorf("ephemeral claim bound to %q, want pv-scratch", ephemeralPV)
 	}
-	for pv, p := range map[string]interface{ Volumes() ([]plugin.Volume, error) }{"pv-data": c.attach, "pv-shared": c.noAttach, "pv-scratch": c.attach} {
+	for pv, p := range map[string]interface {
+		Volumes() ([]plugin.Volume, error)
+	}{"pv-data": c.attach, "pv-shared": c.noAttach, "pv-scratch": c.attach} {
 		c.waitFor("hello in "+pv, func(context.Context) (bool, error) {
 			vols, err := p.Volumes()
 			if err != nil {
@@ -135,7 +137,9 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 		return err == nil && len(vas.Items) == 0, nil
 	})
 	c.waitFor("every volume unstaged and detached in the plugins", func(context.Context) (bool, error) {
-		for _, p := range []interface{ Volumes() ([]plugin.Volume, error) }{c.attach, c.noAttach} {
+		for _, p := range []interface {
+			Volumes() ([]plugin.Volume, error)
+		}{c.attach, c.noAttach} {
 			vols, err := p.Volumes()
 			if err != nil {
 				return false, err
