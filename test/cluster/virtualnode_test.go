@@ -19,6 +19,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
@@ -79,9 +80,7 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	if ephemeralPV != "pv-scratch" {
 		t.Errorf("ephemeral claim bound to %q, want pv-scratch", ephemeralPV)
 	}
-	for pv, p := range map[string]interface {
-		Volumes() ([]plugin.Volume, error)
-	}{"pv-data": c.attach, "pv-shared": c.noAttach, "pv-scratch": c.attach} {
+	for pv, p := range map[string]*plugintest.Plugin{"pv-data": c.attach, "pv-shared": c.noAttach, "pv-scratch": c.attach} {
 		c.waitFor("hello in "+pv, func(context.Context) (bool, error) {
 			vols, err := p.Volumes()
 			if err != nil {
@@ -137,9 +136,7 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 		return err == nil && len(vas.Items) == 0, nil
 	})
 	c.waitFor("every volume unstaged and detached in the plugins", func(context.Context) (bool, error) {
-		for _, p := range []interface {
-			Volumes() ([]plugin.Volume, error)
-		}{c.attach, c.noAttach} {
+		for _, p := range []*plugintest.Plugin{c.attach, c.noAttach} {
 			vols, err := p.Volumes()
 			if err != nil {
 				return false, err
@@ -188,9 +185,7 @@ func boundPV(t *testing.T, c *cluster, claim string) string {
 func unpublishes(t *testing.T, c *cluster, handles map[string]string) []string {
 	t.Helper()
 	var out []string
-	for _, p := range []interface {
-		ReadJournal() ([]plugin.Entry, error)
-	}{c.attach, c.noAttach} {
+	for _, p := range []*plugintest.Plugin{c.attach, c.noAttach} {
 		entries, err := p.ReadJournal()
 		if err != nil {
 			t.Fatal(err)
