@@ -66,6 +66,7 @@ fmt-check: ## Fail if any Go file is not gofmt-clean.
 .PHONY: vet
 vet: ## go vet every package.
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/cluster/...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint (config in .golangci.yml).
@@ -96,6 +97,28 @@ fuzz: ## Run every fuzz target for FUZZTIME each.
 .PHONY: clean
 clean: ## Remove build outputs (keeps bin/k8s, which is slow to rebuild).
 	rm -f $(BIN)/csi-volmgr $(BIN)/sanity.log
+
+##@ End to end: a virtual node on a real control plane (root)
+
+E2E_BINS := $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/csi-attacher
+
+.PHONY: e2e-bins
+e2e-bins: k8s-bins $(E2E_BINS) ## Build kube-controller-manager, kube-scheduler and the external-attacher for make e2e (only when missing).
+
+$(K8S_BIN)/kube-controller-manager:
+	cd test/k8s/tools && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+$(K8S_BIN)/kube-scheduler:
+	cd test/k8s/tools && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+$(K8S_BIN)/csi-attacher:
+	cd test/k8s/attacher && $(GO) build -o $@ github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+
+.PHONY: e2e
+e2e: e2e-bins ## The example virtual-kubelet runtime with csi-volmgr on kube-apiserver, kube-controller-manager, kube-scheduler and the external-attacher (test/cluster).
+	$(GO) test -tags e2e $(TESTFLAGS) ./test/cluster/...
+
+.PHONY: e2e-bench
+e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: created→Running p50/p99 and its parts, delete→detached p50.
+	$(GO) test -tags e2e -count=1 -timeout=30m -run='^$$' -bench=BenchmarkVirtualNodePods -benchtime=$(BENCHTIME) ./test/cluster/...
 
 ##@ Demo
 

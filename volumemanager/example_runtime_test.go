@@ -2,6 +2,7 @@ package volumemanager_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,7 +57,12 @@ func Example_runtime() {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- vm.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Println(err)
+		}
+	}()
 
 	// CreatePod: wait for the volumes, then hand them to the sandbox.
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {

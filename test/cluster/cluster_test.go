@@ -263,22 +263,6 @@ func ephemeralVolume(name, class string) corev1.Volume {
 	}}}
 }
 
-// volumePath returns the backing directory of the plugin's volume handle.
-func volumePath(t testing.TB, p *plugintest.Plugin, handle string) string {
-	t.Helper()
-	vols, err := p.Volumes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vols {
-		if v.ID == handle {
-			return v.Path
-		}
-	}
-	t.Fatalf("plugin %s has no volume %s", p.Name, handle)
-	return ""
-}
-
 func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	mps, err := mount.New("").List()

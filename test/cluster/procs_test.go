@@ -76,16 +76,6 @@ func (p *proc) stop(t testing.TB) {
 	}
 }
 
-// exited reports whether the process is gone.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 func tail(path string, n int64) string {
 	f, err := os.Open(path)
 	if err != nil {

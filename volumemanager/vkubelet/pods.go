@@ -199,7 +199,7 @@ func (h *podHandler) GetPodStatus(ctx context.Context, namespace, name string) (
 	if err != nil || st == nil {
 		return st, err
 	}
-	pod, err := h.PodLifecycleHandler.GetPod(ctx, namespace, name)
+	pod, err := h.GetPod(ctx, namespace, name)
 	if err != nil || pod == nil {
 		return st, nil //nolint:nilerr // the status without the condition
 	}
