@@ -169,6 +169,8 @@ func run(ctx context.Context, o options) error {
 	}
 	logger.Info("Virtual node ready", "node", o.nodeName)
 	<-ctx.Done()
+	// A test runtime: its processes do not outlive it.
+	procs.stopEverything(context.WithoutCancel(ctx))
 	for range 3 {
 		if err := <-errs; err != nil && ctx.Err() == nil {
 			return err

@@ -186,6 +186,20 @@ func (p *processProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error 
 	return nil
 }
 
+// stopEverything stops every pod's processes, when the runtime stops: a
+// test runtime keeps nothing across restarts.
+func (p *processProvider) stopEverything(ctx context.Context) {
+	p.mu.Lock()
+	runs := make([]*podRun, 0, len(p.pods))
+	for _, run := range p.pods {
+		runs = append(runs, run)
+	}
+	p.mu.Unlock()
+	for _, run := range runs {
+		p.stopAll(ctx, run, 10*time.Second)
+	}
+}
+
 // stopAll signals every process of the pod and waits until they exited.
 func (p *processProvider) stopAll(ctx context.Context, run *podRun, grace time.Duration) {
 	p.mu.Lock()

@@ -24,6 +24,7 @@ import (
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
 // Driver names of the two CSI test plugins: one whose volumes the
@@ -56,7 +57,7 @@ type cluster struct {
 	namespace  string
 	attach     *plugintest.Plugin
 	noAttach   *plugintest.Plugin
-	runtime    *proc
+	runtime    *process.Process
 	// agentHTTP is the embedded csi-volmgr's HTTP endpoint.
 	agentHTTP string
 }
