@@ -82,8 +82,14 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	// virtual-kubelet and csi-volmgr each get a client of their own, with
+	// the rate limits of a kubelet and of csi-volmgr run (50 QPS, burst 100).
 	cfg.QPS, cfg.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	agentClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -93,7 +99,7 @@ func run(ctx context.Context, o options) error {
 
 	// The volume manager, embedded: the runtime says when containers stopped.
 	vm, err := volumemanager.New(klog.NewContext(ctx, logger.WithName("csi-volmgr")), volumemanager.Config{
-		NodeName: o.nodeName, RootDir: o.rootDir, KubeClient: client, HTTPEndpoint: o.httpEndpoint,
+		NodeName: o.nodeName, RootDir: o.rootDir, KubeClient: agentClient, HTTPEndpoint: o.httpEndpoint,
 		WaitForContainersStopped: true,
 	})
 	if err != nil {
