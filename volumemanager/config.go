@@ -33,8 +33,9 @@ type Config struct {
 	// the agent itself.
 	Manifests string
 	// RegisterNode creates and keeps the Node object of a node without
-	// kubelet (labels, controller-managed-attach-detach annotation, Ready
-	// condition, node Lease), tears down the volumes of pods marked for
+	// kubelet or runtime with virtual-kubelet's node controller (labels,
+	// controller-managed-attach-detach annotation, Ready condition, node
+	// Lease), tears down the volumes of pods marked for
 	// deletion and then completes their deletion. It implies
 	// RemoveTerminatingPods. Cluster mode only.
 	RegisterNode bool
@@ -81,6 +82,10 @@ type Tuning struct {
 	// RegistryRetryBaseDelay and RegistryRetryMaxDelay bound the backoff
 	// of failed driver registrations; 0 means 500ms and 2m.
 	RegistryRetryBaseDelay, RegistryRetryMaxDelay time.Duration
+	// NodeLeaseDuration and NodeStatusInterval tune the Node that
+	// RegisterNode keeps: the node Lease's duration (renewed every quarter
+	// of it) and how often its status is posted; 0 means 40s and 1m.
+	NodeLeaseDuration, NodeStatusInterval time.Duration
 	// ManifestsDebounce is how long standalone mode waits for more changes
 	// to a manifest file before reading it; 0 means the manifests
 	// source's default.

@@ -23,7 +23,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/virtualnode"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -44,7 +43,7 @@ type VolumeManager struct {
 	// RegisterNode (nil otherwise).
 	factory  informers.SharedInformerFactory
 	nodeInfo *nodeinfo.Manager
-	node     *virtualnode.Node
+	node     *nodeKeeper
 	// standalone is the manifest source in standalone mode.
 	standalone *manifests.Source
 	// listener serves Handler when Config.HTTPEndpoint is set.
@@ -130,9 +129,7 @@ func (vm *VolumeManager) newBackend(ctx context.Context) error {
 		return err
 	}
 	if cfg.RegisterNode {
-		if vm.node, err = virtualnode.New(virtualnode.Config{Client: cfg.KubeClient, NodeName: cfg.NodeName}); err != nil {
-			return err
-		}
+		vm.node = newNodeKeeper(cfg.KubeClient, cfg.NodeName, cfg.Tuning.NodeLeaseDuration, cfg.Tuning.NodeStatusInterval)
 	}
 	return nil
 }
@@ -169,7 +166,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.node != nil {
 		// The Node goes first: driver registration writes into it.
 		if err := vm.node.Register(ctx); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("registering Node %s: %w", vm.cfg.NodeName, err)
+			return err
 		}
 	}
 

@@ -5,12 +5,14 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // ControllerManagedAttachAnnotation makes the attach/detach controller
 // attach and detach the node's volumes (the kubelet sets it when it
 // registers).
-const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+const ControllerManagedAttachAnnotation = volumemanager.ControllerManagedAttachAnnotation
 
 // PrepareNode readies the Node a provider gives NewNodeController: the
 // attach/detach annotation set, status.volumesInUse left to the volume

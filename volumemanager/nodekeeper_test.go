@@ -1,4 +1,4 @@
-package virtualnode_test
+package volumemanager
 
 import (
 	"context"
@@ -16,18 +16,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/virtualnode"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
-func TestMain(m *testing.M) { k8stest.Main(m, k8stest.Options{}) }
+// The node keeper's tests run in the external test package's binary, whose
+// TestMain (k8stest.Main) starts the API server.
 
-const waitTimeout = 30 * time.Second
+const nodeWaitTimeout = 30 * time.Second
 
-func until(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
+func untilNode(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	var last error
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, nodeWaitTimeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil {
 			last = err
@@ -40,7 +40,7 @@ func until(t *testing.T, what string, cond func(ctx context.Context) (bool, erro
 	}
 }
 
-func ready(node *corev1.Node) *corev1.NodeCondition {
+func readyCondition(node *corev1.Node) *corev1.NodeCondition {
 	for i := range node.Status.Conditions {
 		if node.Status.Conditions[i].Type == corev1.NodeReady {
 			return &node.Status.Conditions[i]
@@ -66,10 +66,8 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 	f := k8stest.New(t)
 	_, ctx := ktesting.NewTestContext(t)
 	cleanupNode(t, f.Client, f.NodeName)
-	n, err := virtualnode.New(virtualnode.Config{Client: f.Client, NodeName: f.NodeName, LeaseDuration: 4 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A 4s Lease renewed every second, the status posted every 200ms.
+	n := newNodeKeeper(f.Client, f.NodeName, 4*time.Second, 200*time.Millisecond)
 	if err := n.Register(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +81,11 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 			t.Errorf("label %s=%q, want %q", k, node.Labels[k], v)
 		}
 	}
-	if got := node.Annotations[virtualnode.ControllerManagedAttachAnnotation]; got != "true" {
-		t.Errorf("annotation %s=%q, want true", virtualnode.ControllerManagedAttachAnnotation, got)
+	if got := node.Annotations[ControllerManagedAttachAnnotation]; got != "true" {
+		t.Errorf("annotation %s=%q, want true", ControllerManagedAttachAnnotation, got)
 	}
-	if c := ready(node); c == nil || c.Status != corev1.ConditionTrue || c.Reason != virtualnode.ReadyReason {
-		t.Fatalf("Ready condition %+v, want True with reason %s", c, virtualnode.ReadyReason)
+	if c := readyCondition(node); c == nil || c.Status != corev1.ConditionTrue || c.Reason != NodeReadyReason {
+		t.Fatalf("Ready condition %+v, want True with reason %s", c, NodeReadyReason)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -99,7 +97,7 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 	// the Node.
 	leases := f.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	var first *coordinationv1.Lease
-	until(t, "the node Lease", func(ctx context.Context) (bool, error) {
+	untilNode(t, "the node Lease", func(ctx context.Context) (bool, error) {
 		first, err = leases.Get(ctx, f.NodeName, metav1.GetOptions{})
 		return err == nil && first.Spec.RenewTime != nil, err
 	})
@@ -107,7 +105,7 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 		first.Spec.LeaseDurationSeconds == nil || *first.Spec.LeaseDurationSeconds != 4 {
 		t.Errorf("Lease spec %+v, want holder %s and duration 4s", first.Spec, f.NodeName)
 	}
-	until(t, "the Lease to be owned by the Node and renewed", func(ctx context.Context) (bool, error) {
+	untilNode(t, "the Lease to be owned by the Node and renewed", func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, f.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -122,12 +120,12 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 	if _, err := nodes.PatchStatus(ctx, f.NodeName, []byte(inUse)); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "Ready=True again", func(ctx context.Context) (bool, error) {
+	untilNode(t, "Ready=True again", func(ctx context.Context) (bool, error) {
 		node, err = nodes.Get(ctx, f.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		c := ready(node)
+		c := readyCondition(node)
 		return c != nil && c.Status == corev1.ConditionTrue, nil
 	})
 	if len(node.Status.VolumesInUse) != 1 {
@@ -136,12 +134,12 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 
 	// A removed annotation is put back.
 	if _, err := nodes.Patch(ctx, f.NodeName, types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+virtualnode.ControllerManagedAttachAnnotation+`":null}}}`), metav1.PatchOptions{}); err != nil {
+		[]byte(`{"metadata":{"annotations":{"`+ControllerManagedAttachAnnotation+`":null}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the annotation again", func(ctx context.Context) (bool, error) {
+	untilNode(t, "the annotation again", func(ctx context.Context) (bool, error) {
 		node, err := nodes.Get(ctx, f.NodeName, metav1.GetOptions{})
-		return err == nil && node.Annotations[virtualnode.ControllerManagedAttachAnnotation] == "true", err
+		return err == nil && node.Annotations[ControllerManagedAttachAnnotation] == "true", err
 	})
 
 	// A deleted Node is created again, and its Lease follows the new one.
@@ -149,14 +147,19 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var recreated *corev1.Node
-	until(t, "the Node to be created again", func(ctx context.Context) (bool, error) {
+	untilNode(t, "the Node to be created again", func(ctx context.Context) (bool, error) {
 		recreated, err = nodes.Get(ctx, f.NodeName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		return err == nil && recreated.UID != node.UID && ready(recreated) != nil, err
+		return err == nil && recreated.UID != node.UID && readyCondition(recreated) != nil, err
 	})
-	until(t, "the Lease to be owned by the new Node", func(ctx context.Context) (bool, error) {
+	// The garbage collector (not running here) deletes the Lease with its
+	// owner; the keeper creates it again, owned by the new Node.
+	if err := leases.Delete(ctx, f.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	untilNode(t, "the Lease to be owned by the new Node", func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, f.NodeName, metav1.GetOptions{})
 		return err == nil && len(l.OwnerReferences) == 1 && l.OwnerReferences[0].UID == recreated.UID, err
 	})
@@ -169,13 +172,14 @@ func TestRegisterKeepsWhatAnExistingNodeHas(t *testing.T) {
 		n.Labels["topology.example.com/zone"] = "z1"
 		n.Annotations = map[string]string{"csi.volume.kubernetes.io/nodeid": `{"d":"n1"}`}
 	})
-	n, err := virtualnode.New(virtualnode.Config{Client: f.Client, NodeName: f.NodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newNodeKeeper(f.Client, f.NodeName, 0, 0)
 	if err := n.Register(ctx); err != nil {
 		t.Fatal(err)
 	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { n.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +187,7 @@ func TestRegisterKeepsWhatAnExistingNodeHas(t *testing.T) {
 	if node.Labels["topology.example.com/zone"] != "z1" || node.Annotations["csi.volume.kubernetes.io/nodeid"] == "" {
 		t.Errorf("registration dropped the Node's own labels or annotations: %v %v", node.Labels, node.Annotations)
 	}
-	if node.Annotations[virtualnode.ControllerManagedAttachAnnotation] != "true" || ready(node) == nil {
+	if node.Annotations[ControllerManagedAttachAnnotation] != "true" || readyCondition(node) == nil {
 		t.Errorf("existing Node not brought in line: annotations %v, conditions %v", node.Annotations, node.Status.Conditions)
 	}
 }
@@ -199,11 +203,7 @@ func TestRegisterFailsAtOnceWhenForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := virtualnode.New(virtualnode.Config{Client: client, NodeName: f.NodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = n.Register(ctx)
+	err = newNodeKeeper(client, f.NodeName, 0, 0).Register(ctx)
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "registering Node "+f.NodeName) {
 		t.Fatalf("Register as a user without rights: %v, want a Forbidden error naming the Node", err)
 	}
