@@ -69,6 +69,35 @@ func TestTeardownWaitsForTheRuntime(t *testing.T) {
 		t.Errorf("WaitForAttachAndMount of a pod with a missing claim = %v, want a VolumesNotReadyError with reason %s", err, status.ReasonInvalidVolumeSpec)
 	}
 
+	// Over HTTP: the same reason once the wait times out; bad requests say why.
+	var pending volumemanager.PodVolumes
+	getJSON(t, api.URL+"/api/v1/pods/"+f.Namespace+"/broken?wait=mounted&timeout=1s&uid="+string(broken.UID), http.StatusGatewayTimeout, &pending)
+	if pending.State != volumemanager.PodVolumesPending || pending.Reason != status.ReasonInvalidVolumeSpec || pending.Message == "" {
+		t.Errorf("timed-out wait answered %+v, want Pending with reason %s and a message", pending, status.ReasonInvalidVolumeSpec)
+	}
+	for _, bad := range []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodGet, "/api/v1/pods/" + f.Namespace + "/nosuchpod", http.StatusNotFound},
+		{http.MethodGet, "/api/v1/pods/" + f.Namespace + "/broken?timeout=forever", http.StatusBadRequest},
+		{http.MethodGet, "/api/v1/pods/" + f.Namespace + "/broken?wait=soon", http.StatusBadRequest},
+		{http.MethodPost, "/api/v1/pods/" + f.Namespace + "/broken/containers-stopped", http.StatusBadRequest},
+	} {
+		req, err := http.NewRequestWithContext(ctx, bad.method, api.URL+bad.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != bad.code {
+			t.Errorf("%s %s answered %s, want %d", bad.method, bad.path, resp.Status, bad.code)
+		}
+	}
+
 	app := newPod("app", "data")
 	var state volumemanager.PodVolumes
 	getJSON(t, api.URL+"/api/v1/pods/"+f.Namespace+"/app?wait=mounted&timeout=60s&uid="+string(app.UID), http.StatusOK, &state)

@@ -187,6 +187,8 @@ func (h *notifyingPodHandler) NotifyPods(ctx context.Context, cb func(*corev1.Po
 				h.mu.Unlock()
 				return
 			}
+			// Ended by itself: its volumes go with its terminal phase.
+			delete(h.since, pod.UID)
 			h.mu.Unlock()
 		}
 		cb(h.withVolumesReady(pod))
