@@ -176,22 +176,30 @@ func (c *cluster) waitFor(what string, cond wait.ConditionWithContextFunc) {
 	}
 }
 
-// staticVolume creates a volume on p and a PV for it of class (no claimRef:
-// the PV controller binds it).
+// staticVolume creates a filesystem volume on p and a PV for it of class
+// (no claimRef: the PV controller binds it).
 func (c *cluster) staticVolume(p *plugintest.Plugin, pvName, class string) (handle string) {
 	c.t.Helper()
+	return c.staticVolumeOf(p, pvName, class, corev1.PersistentVolumeFilesystem)
+}
+
+// staticVolumeOf is staticVolume for either volume mode.
+func (c *cluster) staticVolumeOf(p *plugintest.Plugin, pvName, class string, mode corev1.PersistentVolumeMode) (handle string) {
+	c.t.Helper()
+	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}
+	if mode == corev1.PersistentVolumeBlock {
+		capability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+	}
+	capability.AccessMode = &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
 	conn, err := p.Dial()
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer conn.Close()
 	resp, err := csi.NewControllerClient(conn).CreateVolume(c.t.Context(), &csi.CreateVolumeRequest{
-		Name: pvName,
-		VolumeCapabilities: []*csi.VolumeCapability{{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		}},
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30},
+		Name:               pvName,
+		VolumeCapabilities: []*csi.VolumeCapability{capability},
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: 1 << 30},
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -203,6 +211,7 @@ func (c *cluster) staticVolume(p *plugintest.Plugin, pvName, class string) (hand
 			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: class,
+			VolumeMode:       &mode,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: p.Name, VolumeHandle: handle,
 			}},
@@ -213,12 +222,17 @@ func (c *cluster) staticVolume(p *plugintest.Plugin, pvName, class string) (hand
 	return handle
 }
 
-// claim creates a PVC of class asking for 1Gi.
-func (c *cluster) claim(name, class string) {
+// claim creates a PVC of class asking for 1Gi, of the given volume mode
+// (default filesystem).
+func (c *cluster) claim(name, class string, mode ...corev1.PersistentVolumeMode) {
 	c.t.Helper()
+	spec := claimSpec(class)
+	if len(mode) > 0 {
+		spec.VolumeMode = &mode[0]
+	}
 	if _, err := c.client.CoreV1().PersistentVolumeClaims(c.namespace).Create(c.t.Context(), &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace},
-		Spec:       claimSpec(class),
+		Spec:       spec,
 	}, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}

@@ -31,7 +31,8 @@ import (
 // VolumeAttachments once the Node lists the volumes in use, the
 // external-attacher calls ControllerPublishVolume and marks them
 // attached; the agent stages and publishes; the example runtime runs the
-// container, which writes through its mounts. Deleting the pod stops the
+// container, which writes through its mounts and through the device of a
+// block volume. Deleting the pod stops the
 // process before anything is unpublished, then unpublishes and unstages,
 // and each VolumeAttachment goes only after the Node stopped listing its
 // volume.
@@ -44,14 +45,20 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 		"pv-data":    c.staticVolume(c.attach, "pv-data", ""),
 		"pv-shared":  c.staticVolume(c.noAttach, "pv-shared", ""),
 		"pv-scratch": c.staticVolume(c.attach, "pv-scratch", staticClass),
+		"pv-raw":     c.staticVolumeOf(c.attach, "pv-raw", "", corev1.PersistentVolumeBlock),
 	}
-	for _, pv := range []string{"pv-data", "pv-scratch"} {
+	for _, pv := range []string{"pv-data", "pv-scratch", "pv-raw"} {
 		tl.track(pv, corev1.UniqueVolumeName(volume.PersistentName(attachDriver, handles[pv])))
 	}
 	c.claim("data", "")
 	c.claim("shared", "")
-	pod := c.pod("app", "for d in data shared scratch; do echo hello > /$d/hello || exit 1; done; exec sleep 3600",
+	c.claim("raw", "", corev1.PersistentVolumeBlock)
+	pod := c.pod("app", "for d in data shared scratch; do echo hello > /$d/hello || exit 1; done; "+
+		"printf 'hello from a block device' | dd of=/dev/xvdr conv=notrunc 2>/dev/null || exit 1; exec sleep 3600",
 		claimVolume("data", "data"), claimVolume("shared", "shared"), ephemeralVolume("scratch", staticClass))
+	// The block volume is a device of the container, not a mount.
+	pod.Spec.Volumes = append(pod.Spec.Volumes, claimVolume("raw", "raw"))
+	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "raw", DevicePath: "/dev/xvdr"}}
 	created, err := c.client.CoreV1().Pods(c.namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -95,14 +102,39 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 			return false, nil
 		})
 	}
+	// The container wrote through its device into the block volume's image.
+	c.waitFor("the block volume written", func(context.Context) (bool, error) {
+		vols, err := c.attach.Volumes()
+		if err != nil {
+			return false, err
+		}
+		for _, v := range vols {
+			if v.ID == handles["pv-raw"] {
+				f, err := os.Open(v.Path)
+				if err != nil {
+					return false, err
+				}
+				defer f.Close()
+				buf := make([]byte, len("hello from a block device"))
+				_, err = f.ReadAt(buf, 0)
+				return err == nil && string(buf) == "hello from a block device", nil
+			}
+		}
+		return false, nil
+	})
 	// The agent's status API names the pod and its published paths.
 	var state volumemanager.PodVolumes
 	getJSON(t, "http://"+c.agentHTTP+"/api/v1/pods/"+c.namespace+"/app", &state)
-	if state.UID != created.UID || state.State != volumemanager.PodVolumesReady || len(state.Volumes) != 3 {
-		t.Errorf("agent's pod status %+v: want Ready with 3 volumes", state)
+	if state.UID != created.UID || state.State != volumemanager.PodVolumesReady || len(state.Volumes) != 4 {
+		t.Errorf("agent's pod status %+v: want Ready with 4 volumes", state)
+	}
+	for _, v := range state.Volumes {
+		if (v.Name == "raw") != (v.DevicePath != "" && v.HostPath == "") {
+			t.Errorf("volume %+v: want a device path for the block volume raw, a host path for the others", v)
+		}
 	}
 	_, vols := tl.snapshot()
-	for _, pv := range []string{"pv-data", "pv-scratch"} {
+	for _, pv := range []string{"pv-data", "pv-scratch", "pv-raw"} {
 		if vols[pv].attached.IsZero() {
 			t.Errorf("no attached VolumeAttachment seen for %s", pv)
 		}
@@ -150,7 +182,7 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 		return true, nil
 	})
 	_, vols = tl.snapshot()
-	for _, pv := range []string{"pv-data", "pv-scratch"} {
+	for _, pv := range []string{"pv-data", "pv-scratch", "pv-raw"} {
 		v := vols[pv]
 		if v.detached.IsZero() || v.notInUse.IsZero() || v.detached.Before(v.notInUse) {
 			t.Errorf("%s: VolumeAttachment deleted at %v, volume left volumesInUse at %v: want the detach after", pv, v.detached, v.notInUse)
