@@ -41,7 +41,9 @@ type Config struct {
 	// Config.WaitForContainersStopped. Required.
 	Volumes VolumeManager
 	// MountTimeout bounds CreatePod's wait for the volumes; 0 means
-	// DefaultMountTimeout.
+	// DefaultMountTimeout. A waiting CreatePod holds one of the pod
+	// controller's workers: give it as many workers as pods may wait for
+	// their volumes at once.
 	MountTimeout time.Duration
 	// UnmountTimeout bounds DeletePod's wait for the unmount; 0 means
 	// DefaultMountTimeout. The pod controller calls DeletePod again after
