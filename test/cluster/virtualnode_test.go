@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -79,6 +80,13 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	if running.Spec.NodeName != c.node {
 		t.Errorf("pod scheduled to %q, want the virtual node %q", running.Spec.NodeName, c.node)
 	}
+	// What a user sees.
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "kubectl"), "--kubeconfig="+c.kubeconfig,
+		"get", "pod", pod.Name, "--namespace="+c.namespace, "-o", "wide").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Running") || !strings.Contains(string(out), c.node) {
+		t.Errorf("kubectl get pod -o wide: %v\n%s\nwant Running on %s", err, out, c.node)
+	}
+	t.Logf("kubectl get pod -o wide:\n%s", out)
 	if !hasCondition(running, "csi-volmgr.io/VolumesReady") {
 		t.Errorf("running pod has no VolumesReady=True condition: %+v", running.Status.Conditions)
 	}
