@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/expand"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/podfinalizer"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
@@ -25,6 +26,7 @@ type clusterMode struct {
 	conds  *status.PodConditions
 	events *status.Events
 	inUse  *status.VolumesInUse
+	expand *expand.Expander
 	// fin is nil without CompletePodDeletion.
 	fin *podfinalizer.Finalizer
 	in  inputs
@@ -69,6 +71,10 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: client, NodeName: m.cfg.NodeName}); err != nil {
 		return nil, err
 	}
+	if c.expand, err = newExpander(m, src, c.events, queues); err != nil {
+		c.events.Shutdown()
+		return nil, err
+	}
 	c.in = inputs{
 		source:      src,
 		attachments: src.Attachments(),
@@ -77,6 +83,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 		status:      statusWriter,
 		events:      c.events,
 		inUse:       c.inUse,
+		expander:    c.expand,
 	}
 	return c, nil
 }
@@ -92,6 +99,7 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	wg.Go(func() { c.src.Run(ctx) })
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
+	wg.Go(func() { c.expand.Run(ctx, 2) })
 	if c.fin != nil {
 		wg.Go(func() { c.fin.Run(ctx) })
 	}

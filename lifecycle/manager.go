@@ -195,6 +195,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
 	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
+	if in.expander != nil {
+		rcfg.Expander = in.expander
+	}
 	rcfg.Ready = met
 	if cfg.Reconciler.Ready != nil {
 		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}
