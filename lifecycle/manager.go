@@ -17,6 +17,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
@@ -89,6 +90,8 @@ type Config struct {
 	ClusterWideInformers bool
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
+	// Changes tunes what is done for volumes that change while in use.
+	Changes ChangesConfig
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.
@@ -130,6 +133,7 @@ type Manager struct {
 	pop     *populator.Populator
 	ops     *operations.Operations
 	rec     *reconciler.Reconciler
+	checker *mountcheck.Checker
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.
@@ -192,7 +196,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	rcfg := cfg.Reconciler
-	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
+	rcfg.Desired, rcfg.Actual = m.desire, m.world
+	if rcfg.Operations, err = m.newMountChecker(in, m.mode.steps(m.ops)); err != nil {
+		return nil, errors.Join(err, m.mode.close())
+	}
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
 	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
 	if in.expander != nil {
@@ -262,6 +269,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { m.rec.Run(ctx) })
+	wg.Go(func() { m.runChanges(ctx) })
 	wg.Go(func() {
 		select {
 		case <-ctx.Done():

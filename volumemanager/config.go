@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 )
 
@@ -57,12 +58,19 @@ type Config struct {
 	FrontEndpoint, FrontDriver string
 	// HTTPEndpoint, when set, is the TCP address Run serves Handler on.
 	HTTPEndpoint string
+	// Changes tunes what is done for volumes that change while in use
+	// (see ChangesConfig).
+	Changes ChangesConfig
 	// Version is reported in the logs.
 	Version string
 	// Tuning holds the knobs that tests and benchmarks turn; the zero
 	// value is the production default.
 	Tuning Tuning
 }
+
+// ChangesConfig tunes what is done for volumes that change while in use:
+// the mount check after driver restarts.
+type ChangesConfig = lifecycle.ChangesConfig
 
 // Tuning holds the knobs that tests and benchmarks turn.
 type Tuning struct {

@@ -83,6 +83,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
 		ResyncPeriod:          cfg.ResyncPeriod,
+		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,
 	}
 	if vm.standalone != nil {

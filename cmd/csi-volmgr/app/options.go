@@ -27,6 +27,7 @@ type RunOptions struct {
 	RegisterNode         bool
 	FrontEndpoint        string
 	FrontDriver          string
+	ChangeOptions
 
 	Logging *logsapi.LoggingConfiguration
 }
@@ -62,6 +63,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
 	o.addModeFlags(fs)
 	o.addFrontFlags(fs)
+	o.addChangeFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 }
 
