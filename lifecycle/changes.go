@@ -2,10 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -20,6 +22,12 @@ type ChangesConfig struct {
 	// MountCheckDrivers are the drivers MountCheckPeriod applies to; empty
 	// means all.
 	MountCheckDrivers []string
+	// StatsPeriod is how often the stats and health of every published
+	// volume are collected from drivers with GET_VOLUME_STATS or
+	// GET_VOLUME_HEALTH; 0 means the kubelet's 1m, negative disables it.
+	StatsPeriod time.Duration
+	// StatsConcurrency bounds the stats calls in flight; 0 means 4.
+	StatsConcurrency int
 }
 
 // podEvents is the status.Events method the change handlers record with.
@@ -49,10 +57,50 @@ func (m *Manager) newMountChecker(in inputs, steps reconciler.Operations) (recon
 	}
 	m.checker = checker
 	m.cfg.Drivers.OnRegistered(checker.DriverRegistered)
+	if err := m.newStats(in); err != nil {
+		return nil, err
+	}
 	return checker.Observe(steps), nil
 }
 
+// newStats builds the volume stats collector, unless disabled.
+func (m *Manager) newStats(in inputs) error {
+	if m.cfg.Changes.StatsPeriod < 0 {
+		return nil
+	}
+	cfg := stats.Config{
+		State: m.world, Desired: m.desire, Claims: in.source,
+		Drivers: func(name string) (stats.Client, bool) {
+			c, ok := m.cfg.Drivers.Client(name)
+			if !ok || c == nil {
+				return nil, false
+			}
+			return c, true
+		},
+		Registerer:  m.cfg.Registerer,
+		Period:      m.cfg.Changes.StatsPeriod,
+		Concurrency: m.cfg.Changes.StatsConcurrency,
+		Synced:      m.pop.Synced(),
+	}
+	if e, ok := in.events.(podEvents); ok {
+		cfg.Events = e
+	}
+	var err error
+	m.stats, err = stats.New(cfg)
+	return err
+}
+
+// Stats returns the volume stats collector: the last stats and health of
+// every published volume, and per pod in the kubelet's summary API types.
+// Nil when stats are disabled.
+func (m *Manager) Stats() *stats.Collector { return m.stats }
+
 // runChanges runs the change handlers until ctx ends.
 func (m *Manager) runChanges(ctx context.Context) {
-	m.checker.Run(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { m.checker.Run(ctx) })
+	if m.stats != nil {
+		wg.Go(func() { m.stats.Run(ctx) })
+	}
+	wg.Wait()
 }

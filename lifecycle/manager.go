@@ -23,6 +23,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -134,6 +135,7 @@ type Manager struct {
 	ops     *operations.Operations
 	rec     *reconciler.Reconciler
 	checker *mountcheck.Checker
+	stats   *stats.Collector
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.

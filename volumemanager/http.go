@@ -11,6 +11,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Paths of the JSON status API that Handler serves.
@@ -34,6 +35,10 @@ type VolumeStatus struct {
 	Reconstructed bool        `json:"reconstructed,omitempty"`
 	Pods          []PodStatus `json:"pods"`
 	LastError     *ErrorInfo  `json:"lastError,omitempty"`
+	// Stats is the volume's last usage and health from its driver.
+	Stats *VolumeStatsStatus `json:"stats,omitempty"`
+
+	name volume.Name
 }
 
 // PodStatus is one pod's publish of a volume in the JSON status API.
@@ -90,7 +95,7 @@ func (vm *VolumeManager) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET "+VolumesPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, volumeStatuses(vm.manager.Snapshot()))
+		writeJSON(w, vm.withStats(volumeStatuses(vm.manager.Snapshot())))
 	})
 	mux.HandleFunc("GET "+DriversPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, driverStatuses(r, vm.registry.List()))
@@ -120,7 +125,7 @@ func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
 			Name: string(v.Name), Driver: v.Driver, Handle: v.Handle, PVName: v.PVName,
 			AccessType: v.AccessType.String(), Attached: v.Attached, State: v.Stage.String(),
 			StagingPath: v.StagingPath, Reconstructed: v.Reconstructed, Pods: []PodStatus{},
-			LastError: errorInfo(v.LastError),
+			LastError: errorInfo(v.LastError), name: v.Name,
 		}
 		for _, p := range v.Pods {
 			vs.Pods = append(vs.Pods, PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)})
