@@ -5,15 +5,19 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/republish"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // ChangesConfig tunes what the lifecycle does for volumes that change
 // while in use: the mount check that repairs mounts broken by a driver's
-// restart. The zero value is the default.
+// restart, the volume stats, the republish of requiresRepublish drivers.
+// The zero value is the default.
 type ChangesConfig struct {
 	// MountCheckPeriod, when positive, checks the mounts of
 	// MountCheckDrivers every period, on top of every registration of a
@@ -28,6 +32,16 @@ type ChangesConfig struct {
 	StatsPeriod time.Duration
 	// StatsConcurrency bounds the stats calls in flight; 0 means 4.
 	StatsConcurrency int
+	// RepublishPeriod is how often a volume of a driver whose CSIDriver has
+	// requiresRepublish is published again; 0 means 1m, the kubelet's pod
+	// sync. A driver with tokenRequests is republished at least every
+	// tenth of its tokens' lifetime, so that it gets every refreshed token
+	// (refreshed in the last fifth of the lifetime) before the old one
+	// expires.
+	RepublishPeriod time.Duration
+	// TokenClock is the clock of the service account token cache; nil is
+	// the real clock (tests move a fake one past a token's refresh time).
+	TokenClock clock.PassiveClock
 }
 
 // podEvents is the status.Events method the change handlers record with.
@@ -60,7 +74,19 @@ func (m *Manager) newMountChecker(in inputs, steps reconciler.Operations) (recon
 	if err := m.newStats(in); err != nil {
 		return nil, err
 	}
-	return checker.Observe(steps), nil
+	observed := checker.Observe(steps)
+	rcfg := republish.Config{
+		Desired: m.desire, Actual: m.world, Policies: m.cfg.Policies, Operations: observed,
+		Period: m.cfg.Changes.RepublishPeriod, Synced: m.pop.Synced(),
+		RetryBaseDelay: m.cfg.Reconciler.RetryBaseDelay, RetryMaxDelay: m.cfg.Reconciler.RetryMaxDelay,
+	}
+	if e, ok := in.events.(podEvents); ok {
+		rcfg.Events = e
+	}
+	if m.republisher, err = republish.New(rcfg); err != nil {
+		return nil, err
+	}
+	return observed, nil
 }
 
 // newStats builds the volume stats collector, unless disabled.
@@ -99,6 +125,7 @@ func (m *Manager) Stats() *stats.Collector { return m.stats }
 func (m *Manager) runChanges(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.checker.Run(ctx) })
+	wg.Go(func() { m.republisher.Run(ctx, 4) })
 	if m.stats != nil {
 		wg.Go(func() { m.stats.Run(ctx) })
 	}

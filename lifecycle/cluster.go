@@ -79,7 +79,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 		source:      src,
 		attachments: src.Attachments(),
 		secrets:     source.NewSecrets(client),
-		tokens:      tokenRequester{client: client},
+		tokens:      newCachedTokens(tokenRequester{client: client}, m.cfg.Changes.TokenClock),
 		status:      statusWriter,
 		events:      c.events,
 		inUse:       c.inUse,

@@ -23,6 +23,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/republish"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
@@ -136,6 +137,8 @@ type Manager struct {
 	rec     *reconciler.Reconciler
 	checker *mountcheck.Checker
 	stats   *stats.Collector
+	// republisher publishes requiresRepublish drivers' volumes again.
+	republisher *republish.Republisher
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.

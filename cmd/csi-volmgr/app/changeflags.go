@@ -15,6 +15,7 @@ type ChangeOptions struct {
 	MountCheckDrivers []string
 	StatsPeriod       time.Duration
 	StatsConcurrency  int
+	RepublishPeriod   time.Duration
 }
 
 // addChangeFlags registers the flags of ChangeOptions.
@@ -22,6 +23,7 @@ func (o *ChangeOptions) addChangeFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.MountCheckPeriod, "mount-check-period", o.MountCheckPeriod, "How often the staged and published mounts of --mount-check-drivers are verified and broken ones set up again (e.g. for FUSE drivers); 0 verifies a driver's mounts only when it registers again.")
 	fs.DurationVar(&o.StatsPeriod, "stats-period", time.Minute, "How often the usage and health of every published volume are collected from drivers with GET_VOLUME_STATS or GET_VOLUME_HEALTH (kubelet_volume_stats_* metrics, status API); negative disables it.")
 	fs.IntVar(&o.StatsConcurrency, "stats-concurrency", 4, "How many volume stats calls may be in flight at once.")
+	fs.DurationVar(&o.RepublishPeriod, "republish-period", time.Minute, "How often the volumes of drivers whose CSIDriver has requiresRepublish are published again (the kubelet does it at every pod sync, about a minute); a driver with tokenRequests is republished at least every tenth of its tokens' lifetime.")
 	fs.StringSliceVar(&o.MountCheckDrivers, "mount-check-drivers", o.MountCheckDrivers, "Drivers whose mounts --mount-check-period verifies; empty means all.")
 }
 
@@ -32,5 +34,6 @@ func (o *ChangeOptions) changes() volumemanager.ChangesConfig {
 		MountCheckDrivers: o.MountCheckDrivers,
 		StatsPeriod:       o.StatsPeriod,
 		StatsConcurrency:  o.StatsConcurrency,
+		RepublishPeriod:   o.RepublishPeriod,
 	}
 }
