@@ -71,6 +71,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: client, NodeName: m.cfg.NodeName}); err != nil {
 		return nil, err
 	}
+	watchAttachLimits(m, src)
 	if c.expand, err = newExpander(m, src, c.events, queues); err != nil {
 		c.events.Shutdown()
 		return nil, err

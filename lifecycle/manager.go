@@ -94,6 +94,9 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// Changes tunes what is done for volumes that change while in use.
 	Changes ChangesConfig
+	// AttachLimits, when set, is told of attaches that failed for the
+	// node's volume limit (cluster mode).
+	AttachLimits AttachLimits
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.

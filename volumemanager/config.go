@@ -39,6 +39,11 @@ type Config struct {
 	// deletion and then completes their deletion. It implies
 	// RemoveTerminatingPods. Cluster mode only.
 	RegisterNode bool
+	// ExpectedDrivers are the CSI drivers a node needs, with RegisterNode:
+	// until all of them are registered the Node carries the NoSchedule
+	// taint csi-volmgr.io/drivers-not-ready (see
+	// virtualnode.TaintDriversNotReady for why a taint and not NotReady).
+	ExpectedDrivers []string
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion (for nodes without a kubelet). Cluster mode only.
 	RemoveTerminatingPods bool
@@ -111,6 +116,9 @@ func (c *Config) validate() error {
 	}
 	if c.RegisterNode {
 		c.RemoveTerminatingPods = true
+	}
+	if len(c.ExpectedDrivers) > 0 && !c.RegisterNode {
+		bad("ExpectedDrivers", errors.New("needs RegisterNode: the taint goes on the Node the agent registers"))
 	}
 	if c.ResyncPeriod < 0 {
 		bad("ResyncPeriod", fmt.Errorf("%v must not be negative", c.ResyncPeriod))

@@ -44,6 +44,8 @@ type VolumeManager struct {
 	factory  informers.SharedInformerFactory
 	nodeInfo *nodeinfo.Manager
 	node     *virtualnode.Node
+	// allocatable refreshes the drivers' allocatable counts (cluster mode).
+	allocatable *nodeinfo.AllocatableRefresher
 	// standalone is the manifest source in standalone mode.
 	standalone *manifests.Source
 	// listener serves Handler when Config.HTTPEndpoint is set.
@@ -75,6 +77,12 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := vm.newAllocatable(); err != nil {
+		return nil, err
+	}
+	if vm.node != nil {
+		vm.registry.Subscribe(func(registry.Event) { vm.node.DriversChanged() })
+	}
 	lcfg := lifecycle.Config{
 		NodeName: cfg.NodeName, RootDir: cfg.RootDir,
 		Drivers: lifecycleDrivers{vm.registry}, Policies: vm.policies,
@@ -90,6 +98,9 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		lcfg.Standalone = vm.standalone
 	} else {
 		lcfg.Client = cfg.KubeClient
+	}
+	if vm.allocatable != nil {
+		lcfg.AttachLimits = attachLimits{vm.allocatable}
 	}
 	if vm.manager, err = lifecycle.New(ctx, lcfg); err != nil {
 		return nil, err
@@ -125,7 +136,10 @@ func (vm *VolumeManager) newBackend(ctx context.Context) error {
 		return err
 	}
 	if cfg.RegisterNode {
-		if vm.node, err = virtualnode.New(virtualnode.Config{Client: cfg.KubeClient, NodeName: cfg.NodeName}); err != nil {
+		if vm.node, err = virtualnode.New(virtualnode.Config{
+			Client: cfg.KubeClient, NodeName: cfg.NodeName,
+			ExpectedDrivers: cfg.ExpectedDrivers, DriverRegistered: vm.driverRegistered,
+		}); err != nil {
 			return err
 		}
 	}
@@ -198,6 +212,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	}
 	if vm.nodeInfo != nil {
 		wg.Go(func() { vm.ensureCSINode(runCtx) })
+		wg.Go(func() { vm.runAllocatable(runCtx) })
 	}
 	var server *http.Server
 	if vm.listener != nil {

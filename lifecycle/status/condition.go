@@ -32,6 +32,10 @@ const (
 	// ReasonAttachFailed: waiting for attach failed otherwise, e.g. the
 	// VolumeAttachment reports an attachError.
 	ReasonAttachFailed = "AttachFailed"
+	// ReasonVolumeAttachmentLimitExceeded: the attach failed with the
+	// driver's ResourceExhausted (volume.ErrAttachLimitExceeded), the
+	// kubelet's reason for failing such a pod (KEP-4876).
+	ReasonVolumeAttachmentLimitExceeded = "VolumeAttachmentLimitExceeded"
 	// ReasonVolumeInUse: the step waits for another pod's use of the volume
 	// to end (volume.ErrInUse).
 	ReasonVolumeInUse = "VolumeInUse"
@@ -132,6 +136,8 @@ func (b Blocker) Reason() string {
 		return ReasonInvalidVolumeSpec
 	case errors.Is(b.Err, volume.ErrDriverNotRegistered):
 		return ReasonDriverNotRegistered
+	case errors.Is(b.Err, volume.ErrAttachLimitExceeded):
+		return ReasonVolumeAttachmentLimitExceeded
 	case errors.Is(b.Err, volume.ErrNotAttached):
 		return ReasonWaitingForAttach
 	case errors.Is(b.Err, volume.ErrInUse):

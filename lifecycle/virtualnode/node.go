@@ -58,6 +58,13 @@ type Config struct {
 	StatusReportPeriod time.Duration
 	// Clock stamps the Lease and the condition; nil is the real clock.
 	Clock clock.WithTicker
+	// ExpectedDrivers are the CSI drivers the node needs: while one of them
+	// is not registered (DriverRegistered), the Node carries the NoSchedule
+	// taint TaintDriversNotReady. Call DriversChanged when a driver
+	// registers or goes.
+	ExpectedDrivers []string
+	// DriverRegistered says whether a driver is registered now.
+	DriverRegistered func(name string) bool
 }
 
 // Node registers and keeps the Node object of a node that has no kubelet;
@@ -222,6 +229,15 @@ func (n *Node) ensure(ctx context.Context) error {
 			return fmt.Errorf("patching the Node's labels and annotations: %w", err)
 		}
 	}
+	if patch, err := n.taintPatch(node); err != nil {
+		return err
+	} else if patch != nil {
+		if node, err = nodes.Patch(ctx, n.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("patching the Node's taint %s: %w", TaintDriversNotReady, err)
+		}
+		klog.FromContext(ctx).Info("Set the Node's drivers taint", "node", n.cfg.NodeName, "taint", TaintDriversNotReady,
+			"present", hasDriversTaint(node), "missingDrivers", n.missingDrivers())
+	}
 	patch, err := n.readyPatch(node)
 	if err != nil {
 		return err
@@ -254,6 +270,9 @@ func (n *Node) newNode() *corev1.Node {
 // Ready=True condition.
 func (n *Node) needsRepair(node *corev1.Node) bool {
 	if n.metadataPatch(node) != nil {
+		return true
+	}
+	if len(n.cfg.ExpectedDrivers) > 0 && (len(n.missingDrivers()) > 0) != hasDriversTaint(node) {
 		return true
 	}
 	c := readyCondition(node)

@@ -16,6 +16,7 @@ type ChangeOptions struct {
 	StatsPeriod       time.Duration
 	StatsConcurrency  int
 	RepublishPeriod   time.Duration
+	ExpectedDrivers   []string
 }
 
 // addChangeFlags registers the flags of ChangeOptions.
@@ -24,6 +25,7 @@ func (o *ChangeOptions) addChangeFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.StatsPeriod, "stats-period", time.Minute, "How often the usage and health of every published volume are collected from drivers with GET_VOLUME_STATS or GET_VOLUME_HEALTH (kubelet_volume_stats_* metrics, status API); negative disables it.")
 	fs.IntVar(&o.StatsConcurrency, "stats-concurrency", 4, "How many volume stats calls may be in flight at once.")
 	fs.DurationVar(&o.RepublishPeriod, "republish-period", time.Minute, "How often the volumes of drivers whose CSIDriver has requiresRepublish are published again (the kubelet does it at every pod sync, about a minute); a driver with tokenRequests is republished at least every tenth of its tokens' lifetime.")
+	fs.StringSliceVar(&o.ExpectedDrivers, "expected-drivers", o.ExpectedDrivers, "With --register-node: CSI drivers the node needs; until all have registered the Node carries the NoSchedule taint csi-volmgr.io/drivers-not-ready.")
 	fs.StringSliceVar(&o.MountCheckDrivers, "mount-check-drivers", o.MountCheckDrivers, "Drivers whose mounts --mount-check-period verifies; empty means all.")
 }
 
