@@ -131,7 +131,7 @@ func TestDriverRestartRepairsBrokenMounts(t *testing.T) {
 		eventually(t, "the "+name+" volume's data through its target", func() (bool, error) {
 			got, err := os.ReadFile(filepath.Join(target, "data"))
 			if err != nil || string(got) != name {
-				return false, fmt.Errorf("read %q, %v", got, err)
+				return false, fmt.Errorf("read %q: %w", got, err)
 			}
 			ok, err := mounter.IsMountPoint(target)
 			return ok, err
