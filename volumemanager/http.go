@@ -11,7 +11,6 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Paths of the JSON status API that Handler serves.
@@ -37,8 +36,6 @@ type VolumeStatus struct {
 	LastError     *ErrorInfo  `json:"lastError,omitempty"`
 	// Stats is the volume's last usage and health from its driver.
 	Stats *VolumeStatsStatus `json:"stats,omitempty"`
-
-	name volume.Name
 }
 
 // PodStatus is one pod's publish of a volume in the JSON status API.
@@ -125,7 +122,7 @@ func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
 			Name: string(v.Name), Driver: v.Driver, Handle: v.Handle, PVName: v.PVName,
 			AccessType: v.AccessType.String(), Attached: v.Attached, State: v.Stage.String(),
 			StagingPath: v.StagingPath, Reconstructed: v.Reconstructed, Pods: []PodStatus{},
-			LastError: errorInfo(v.LastError), name: v.Name,
+			LastError: errorInfo(v.LastError),
 		}
 		for _, p := range v.Pods {
 			vs.Pods = append(vs.Pods, PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)})

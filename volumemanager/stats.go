@@ -7,6 +7,7 @@ import (
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // VolumeStatsStatus is a volume's last stats and health in the JSON status
@@ -62,7 +63,7 @@ func (vm *VolumeManager) withStats(vols []VolumeStatus) []VolumeStatus {
 		return vols
 	}
 	for i := range vols {
-		s, ok := collector.Volume(vols[i].name)
+		s, ok := collector.Volume(volume.Name(vols[i].Name))
 		if !ok {
 			continue
 		}
