@@ -62,7 +62,9 @@ func (r *resize) run(ctx context.Context, e *Expander) (done bool, size resource
 	}
 	if recovers(r.pvc) {
 		// The resizer keeps allocatedResources: expand to what it allocated.
-		r.newSize = r.pvc.Status.AllocatedResources[corev1.ResourceStorage]
+		if allocated, ok := r.pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && !allocated.IsZero() {
+			r.newSize = allocated
+		}
 		return r.expandWithRecovery(ctx, e)
 	}
 	return r.expandLegacy(ctx, e)
