@@ -341,7 +341,23 @@ func (c *Checker) probe(ctx context.Context, path string, mustMount bool) string
 		mntErr  error
 	}
 	done := make(chan result, 1)
-	c.sem <- struct{}{}
+	timeout := time.NewTimer(c.cfg.ProbeTimeout)
+	defer timeout.Stop()
+	select {
+	case c.sem <- struct{}{}:
+	case <-timeout.C:
+		// Every slot is held by a probe that hangs (a dead network mount):
+		// leave this path for the next check.
+		c.mu.Lock()
+		delete(c.probing, path)
+		c.mu.Unlock()
+		return ""
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.probing, path)
+		c.mu.Unlock()
+		return ""
+	}
 	go func() {
 		defer func() {
 			<-c.sem
@@ -358,7 +374,7 @@ func (c *Checker) probe(ctx context.Context, path string, mustMount bool) string
 	var r result
 	select {
 	case r = <-done:
-	case <-time.After(c.cfg.ProbeTimeout):
+	case <-timeout.C:
 		klog.FromContext(ctx).Info("Probing a mount timed out; leaving it alone", "path", path, "timeout", c.cfg.ProbeTimeout)
 		return ""
 	case <-ctx.Done():
