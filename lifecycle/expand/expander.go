@@ -18,6 +18,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -233,7 +234,7 @@ func (e *Expander) syncInUse(ctx context.Context, name volume.Name) error {
 	r := e.newResize(key, use, pv, pvc, current, desired)
 	done, newSize, err := r.run(ctx, e)
 	if err != nil {
-		e.cfg.Events.Pod(use.Volume.Pod, corev1.EventTypeWarning, eventVolumeResizeFailed,
+		e.cfg.Events.Pod(use.Volume.Pod, corev1.EventTypeWarning, status.EventVolumeResizeFailed,
 			fmt.Sprintf("NodeExpandVolume.NodeExpandVolume failed for volume %q : %v", src.PVName, err))
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,14 +15,8 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
-)
-
-// Event reasons of the kubelet's expansion (pkg/kubelet/events).
-const (
-	eventFileSystemResizeSuccessful = "FileSystemResizeSuccessful"
-	eventFileSystemResizeFailed     = "FileSystemResizeFailed"
-	eventVolumeResizeFailed         = "VolumeResizeFailed"
 )
 
 // annNodeExpansionNotRequired on a ReadWriteMany claim says that the
@@ -56,8 +50,8 @@ func (r *resize) run(ctx context.Context, e *Expander) (done bool, size resource
 	if r.use.Volume.ReadOnly {
 		msg := fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : requested read-only file system", r.use.Source.PVName)
 		klog.FromContext(ctx).Info("Not expanding a volume mounted read-only", "volume", r.key.Volume, "pvc", klog.KObj(r.pvc))
-		e.cfg.Events.Pod(r.use.Volume.Pod, corev1.EventTypeWarning, eventFileSystemResizeFailed, msg)
-		e.cfg.Events.Claim(r.pvc.Namespace, r.pvc.Name, r.pvc.UID, corev1.EventTypeWarning, eventFileSystemResizeFailed, msg)
+		e.cfg.Events.Pod(r.use.Volume.Pod, corev1.EventTypeWarning, status.EventFileSystemResizeFailed, msg)
+		e.cfg.Events.Claim(r.pvc.Namespace, r.pvc.Name, r.pvc.UID, corev1.EventTypeWarning, status.EventFileSystemResizeFailed, msg)
 		return true, r.oldSize, nil
 	}
 	if recovers(r.pvc) {
@@ -127,7 +121,7 @@ func (r *resize) expandWithRecovery(ctx context.Context, e *Expander) (bool, res
 				r.pvc = pvc
 			}
 		}
-		if status.Code(err) == codes.FailedPrecondition {
+		if grpcstatus.Code(err) == codes.FailedPrecondition {
 			// The driver cannot expand this volume while it is in use: do
 			// not retry on this node, and do not hold the mount back.
 			e.setFlag(e.noOnline, r.key.Volume)
@@ -154,7 +148,7 @@ func (r *resize) expandLegacy(ctx context.Context, e *Expander) (bool, resource.
 		if errors.Is(err, operations.ErrExpandNotSupported) {
 			return true, r.newSize, nil
 		}
-		if status.Code(err) == codes.FailedPrecondition {
+		if grpcstatus.Code(err) == codes.FailedPrecondition {
 			e.setFlag(e.noOnline, r.key.Volume)
 			return true, r.newSize, nil
 		}
@@ -175,15 +169,15 @@ func (r *resize) expandLegacy(ctx context.Context, e *Expander) (bool, resource.
 // succeeded records the kubelet's success Events on the pod and the claim.
 func (r *resize) succeeded(ctx context.Context, e *Expander) {
 	msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", r.use.Source.PVName, e.cfg.NodeName)
-	e.cfg.Events.Pod(r.use.Volume.Pod, corev1.EventTypeNormal, eventFileSystemResizeSuccessful, msg)
-	e.cfg.Events.Claim(r.pvc.Namespace, r.pvc.Name, r.pvc.UID, corev1.EventTypeNormal, eventFileSystemResizeSuccessful, msg)
+	e.cfg.Events.Pod(r.use.Volume.Pod, corev1.EventTypeNormal, status.EventFileSystemResizeSuccessful, msg)
+	e.cfg.Events.Claim(r.pvc.Namespace, r.pvc.Name, r.pvc.UID, corev1.EventTypeNormal, status.EventFileSystemResizeSuccessful, msg)
 	klog.FromContext(ctx).Info("Expanded volume on the node", "volume", r.key.Volume, "pvc", klog.KObj(r.pvc), "size", r.newSize.String())
 }
 
 // isInfeasible says whether the driver's error means the expansion cannot
 // succeed with these arguments (csi/expander.go isInfeasibleError).
 func isInfeasible(err error) bool {
-	st, ok := status.FromError(err)
+	st, ok := grpcstatus.FromError(err)
 	if !ok {
 		return false
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -439,7 +440,7 @@ func (c *Checker) published(ctx context.Context, key volume.PodKey, src volume.S
 	c.recovered.WithLabelValues(src.Driver, "target").Inc()
 	klog.FromContext(ctx).Info("Published a broken mount again", "volume", key.Volume, "podUID", key.Pod, "targetPath", p.TargetPath)
 	if c.cfg.Events != nil {
-		c.cfg.Events.Pod(pv.Pod, corev1.EventTypeNormal, eventRecovered,
+		c.cfg.Events.Pod(pv.Pod, corev1.EventTypeNormal, status.EventVolumeRecovered,
 			fmt.Sprintf("The mount of volume %q at %s was broken (%s) and has been set up again", displayName(src, pv), p.TargetPath, reason))
 	}
 }
@@ -458,9 +459,6 @@ func (c *Checker) forget(key volume.PodKey) {
 	defer c.mu.Unlock()
 	delete(c.repairing, key)
 }
-
-// eventRecovered is status.EventVolumeRecovered.
-const eventRecovered = "VolumeMountRecovered"
 
 func displayName(src volume.Source, pv volume.PodVolume) string {
 	if src.PVName != "" {

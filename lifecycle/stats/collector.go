@@ -20,6 +20,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -357,14 +358,10 @@ func (c *Collector) healthChanged(prev, next VolumeStats) {
 	msg := fmt.Sprintf("volume %s is unhealthy: %s", name, strings.Join(parts, "; "))
 	for _, uid := range next.Pods {
 		if use, ok := c.cfg.Desired.PodVolume(volume.PodKey{Volume: next.Volume, Pod: uid}); ok {
-			c.cfg.Events.Pod(use.Volume.Pod, corev1.EventTypeWarning, EventVolumeConditionAbnormal, msg)
+			c.cfg.Events.Pod(use.Volume.Pod, corev1.EventTypeWarning, status.EventVolumeConditionAbnormal, msg)
 		}
 	}
 }
-
-// EventVolumeConditionAbnormal is the reason of the Event on an unhealthy
-// volume's pods (the CSI external-health-monitor's).
-const EventVolumeConditionAbnormal = "VolumeConditionAbnormal"
 
 // sameConditions compares the (status, reason) sets, as the kubelet's
 // VolumeHealthConditionSetsEqual: message changes alone do not count.

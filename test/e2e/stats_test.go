@@ -13,7 +13,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
@@ -100,7 +100,7 @@ func TestVolumeStatsAndHealth(t *testing.T) {
 		v, _ := a.gauge(t, "kubelet_volume_stats_health_status_abnormal", claimLabels)
 		return v == 1, nil
 	})
-	waitPodEvent(t, f, pod, corev1.EventTypeWarning, stats.EventVolumeConditionAbnormal, "one of three replicas is gone")
+	waitPodEvent(t, f, pod, corev1.EventTypeWarning, status.EventVolumeConditionAbnormal, "one of three replicas is gone")
 	// The pod keeps its volume: health is reported, nothing is torn down.
 	waitReady(t, f, pod)
 }
