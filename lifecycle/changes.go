@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
@@ -107,6 +108,8 @@ func (m *Manager) newStats(in inputs) error {
 		Period:      m.cfg.Changes.StatsPeriod,
 		Concurrency: m.cfg.Changes.StatsConcurrency,
 		Synced:      m.pop.Synced(),
+		// The reconciler is made after the collector.
+		OnHealthChange: func(pods []types.UID) { m.rec.HealthChanged(pods) },
 	}
 	if e, ok := in.events.(podEvents); ok {
 		cfg.Events = e

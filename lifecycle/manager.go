@@ -213,6 +213,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if in.expander != nil {
 		rcfg.Expander = in.expander
 	}
+	if m.stats != nil {
+		rcfg.Health = m.stats
+	}
 	rcfg.Ready = met
 	if cfg.Reconciler.Ready != nil {
 		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}

@@ -86,6 +86,10 @@ type Config struct {
 	// Synced, when set, delays the first collection until the desired
 	// state has seen every pod.
 	Synced <-chan struct{}
+	// OnHealthChange, when set, is told of the pods of a volume whose set
+	// of adverse health conditions changed (either way), so that their
+	// condition names it (Unhealthy). It must not block long.
+	OnHealthChange func(pods []types.UID)
 }
 
 // VolumeStats is the last collection of one volume.
@@ -340,22 +344,16 @@ func healthOf(h *csi.VolumeHealth) []corev1.VolumeHealthCondition {
 // volume whose set of adverse conditions (status, reason) changed to a
 // non-empty one.
 func (c *Collector) healthChanged(prev, next VolumeStats) {
-	if c.cfg.Events == nil || !next.HealthSupported || !next.Abnormal() || sameConditions(prev.Health, next.Health) {
+	if !next.HealthSupported || sameConditions(prev.Health, next.Health) {
 		return
 	}
-	var parts []string
-	for _, h := range next.Health {
-		part := string(h.Status) + " " + h.Reason
-		if h.Message != "" {
-			part += ": " + h.Message
-		}
-		parts = append(parts, part)
+	if c.cfg.OnHealthChange != nil {
+		c.cfg.OnHealthChange(next.Pods)
 	}
-	name := next.PVName
-	if name == "" {
-		name = string(next.Volume)
+	if c.cfg.Events == nil || !next.Abnormal() {
+		return
 	}
-	msg := fmt.Sprintf("volume %s is unhealthy: %s", name, strings.Join(parts, "; "))
+	msg := unhealthyMessage(next)
 	for _, uid := range next.Pods {
 		if use, ok := c.cfg.Desired.PodVolume(volume.PodKey{Volume: next.Volume, Pod: uid}); ok {
 			c.cfg.Events.Pod(use.Volume.Pod, corev1.EventTypeWarning, status.EventVolumeConditionAbnormal, msg)
@@ -394,4 +392,31 @@ func (c *Collector) Volume(name volume.Name) (VolumeStats, bool) {
 	defer c.mu.Unlock()
 	s, ok := c.last[name]
 	return s, ok
+}
+
+// unhealthyMessage names a volume's adverse health conditions.
+func unhealthyMessage(s VolumeStats) string {
+	var parts []string
+	for _, h := range s.Health {
+		part := string(h.Status) + " " + h.Reason
+		if h.Message != "" {
+			part += ": " + h.Message
+		}
+		parts = append(parts, part)
+	}
+	name := s.PVName
+	if name == "" {
+		name = string(s.Volume)
+	}
+	return fmt.Sprintf("volume %s is unhealthy: %s", name, strings.Join(parts, "; "))
+}
+
+// Unhealthy returns, when the driver reported adverse health conditions
+// of the volume at the last collection, a message that names them.
+func (c *Collector) Unhealthy(name volume.Name) (string, bool) {
+	s, ok := c.Volume(name)
+	if !ok || !s.HealthSupported || !s.Abnormal() {
+		return "", false
+	}
+	return unhealthyMessage(s), true
 }

@@ -55,6 +55,10 @@ const (
 	ReasonVolumeFailed = "VolumeFailed"
 	// ReasonVolumesPending: nothing failed; a step is in progress.
 	ReasonVolumesPending = "VolumesPending"
+	// ReasonVolumeUnhealthy is the reason of a True condition: every
+	// volume is published, and a driver reports an adverse health
+	// condition of one (NodeGetVolumeHealth); the message says which.
+	ReasonVolumeUnhealthy = "VolumeUnhealthy"
 )
 
 // MaxMessageLength bounds condition and Event messages, in bytes: the
@@ -93,6 +97,13 @@ type PodVolumesStatus struct {
 // Ready returns the status of a pod whose volumes are all published.
 func Ready(pod volume.PodInfo) PodVolumesStatus {
 	return PodVolumesStatus{Pod: pod, Ready: true}
+}
+
+// ReadyButUnhealthy returns the status of a pod whose volumes are all
+// published, one of which a driver reports unhealthy: True, with
+// ReasonVolumeUnhealthy and message.
+func ReadyButUnhealthy(pod volume.PodInfo, message string) PodVolumesStatus {
+	return PodVolumesStatus{Pod: pod, Ready: true, Reason: ReasonVolumeUnhealthy, Message: message}
 }
 
 // Blocked returns the status of a pod that waits for b.

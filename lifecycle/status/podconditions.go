@@ -127,7 +127,12 @@ func NewPodConditions(cfg PodConditionsConfig) (*PodConditions, error) {
 // already wanted does nothing.
 func (w *PodConditions) Set(s PodVolumesStatus) {
 	if s.Ready {
-		s.Reason, s.Message, s.Pending = "", "", false
+		// A ready pod's condition has no reason, or says what to watch
+		// (ReasonVolumeUnhealthy).
+		s.Pending = false
+		if s.Reason != ReasonVolumeUnhealthy {
+			s.Reason, s.Message = "", ""
+		}
 	}
 	s.Message = sanitizeMessage(s.Message)
 	s.Reason = truncate(s.Reason, maxReasonLength)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,8 +25,9 @@ import (
 // kubelet_volume_stats_* series for the claim with what the pod wrote, the
 // runtime API has the pod's volume stats in the summary API's types, the
 // JSON status has them too, and a degraded volume turns
-// kubelet_volume_stats_health_status_abnormal to 1 and records a
-// VolumeConditionAbnormal Event on the pod.
+// kubelet_volume_stats_health_status_abnormal to 1, records a
+// VolumeConditionAbnormal Event on the pod and is named in the pod's
+// (still True) condition until it is healthy again.
 func TestVolumeStatsAndHealth(t *testing.T) {
 	t.Parallel()
 	f := k8stest.New(t)
@@ -101,6 +103,16 @@ func TestVolumeStatsAndHealth(t *testing.T) {
 		return v == 1, nil
 	})
 	waitPodEvent(t, f, pod, corev1.EventTypeWarning, status.EventVolumeConditionAbnormal, "one of three replicas is gone")
-	// The pod keeps its volume: health is reported, nothing is torn down.
-	waitReady(t, f, pod)
+	// The pod keeps its volume (True: nothing is torn down), and its
+	// condition says which volume is unhealthy, until it is healthy again.
+	waitCondition(t, f, pod, "True, naming the unhealthy volume", func(c *corev1.PodCondition) bool {
+		return c.Status == corev1.ConditionTrue && c.Reason == status.ReasonVolumeUnhealthy &&
+			strings.Contains(c.Message, pvName) && strings.Contains(c.Message, "one of three replicas is gone")
+	})
+	if err := p.ClearFaults(); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, f, pod, "True without a reason once healthy", func(c *corev1.PodCondition) bool {
+		return c.Status == corev1.ConditionTrue && c.Reason == "" && c.Message == ""
+	})
 }
