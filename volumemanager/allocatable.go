@@ -25,7 +25,8 @@ func (vm *VolumeManager) newAllocatable() error {
 			}
 			return c, true
 		},
-		Period: func(driver string) time.Duration { return vm.policies.Get(driver).NodeAllocatableUpdatePeriod },
+		Period:  func(driver string) time.Duration { return vm.policies.Get(driver).NodeAllocatableUpdatePeriod },
+		Updated: vm.registry.SetMaxVolumes,
 	})
 	if err != nil {
 		return err

@@ -54,6 +54,8 @@ type AllocatableConfig struct {
 	// 0 means the driver's count is refreshed only after an attach failed
 	// for the limit.
 	Period func(driver string) time.Duration
+	// Updated, when set, is told of every count written.
+	Updated func(driver string, maxVolumes int64)
 	// RetryBaseDelay and RetryMaxDelay bound the backoff of a failed
 	// refresh; 0 means 500ms and 2m.
 	RetryBaseDelay, RetryMaxDelay time.Duration
@@ -166,6 +168,9 @@ func (r *AllocatableRefresher) refresh(ctx context.Context, driver string) error
 	r.mu.Lock()
 	r.last[driver] = maxVolumes
 	r.mu.Unlock()
+	if r.cfg.Updated != nil {
+		r.cfg.Updated(driver, maxVolumes)
+	}
 	klog.FromContext(ctx).Info("Updated the driver's allocatable volume count in the CSINode", "driver", driver, "maxVolumes", maxVolumes, "was", last)
 	return nil
 }
