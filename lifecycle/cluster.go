@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/expand"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/podfinalizer"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
@@ -25,9 +27,13 @@ type clusterMode struct {
 	conds  *status.PodConditions
 	events *status.Events
 	inUse  *status.VolumesInUse
+	expand *expand.Expander
 	// fin is nil without CompletePodDeletion.
 	fin *podfinalizer.Finalizer
 	in  inputs
+	// client and nodeName watch the Node.
+	client   kubernetes.Interface
+	nodeName string
 }
 
 func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
@@ -36,7 +42,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, fmt.Errorf("start sources: %w", err)
 	}
-	c := &clusterMode{src: src}
+	c := &clusterMode{src: src, client: client, nodeName: m.cfg.NodeName}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
 		Client: client, Queue: queues,
 		CachedPod: func(namespace, name string) *corev1.Pod {
@@ -69,14 +75,20 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: client, NodeName: m.cfg.NodeName}); err != nil {
 		return nil, err
 	}
+	watchAttachLimits(m, src)
+	if c.expand, err = newExpander(m, src, c.events, queues); err != nil {
+		c.events.Shutdown()
+		return nil, err
+	}
 	c.in = inputs{
 		source:      src,
 		attachments: src.Attachments(),
 		secrets:     source.NewSecrets(client),
-		tokens:      tokenRequester{client: client},
+		tokens:      newCachedTokens(tokenRequester{client: client}, m.cfg.Changes.TokenClock),
 		status:      statusWriter,
 		events:      c.events,
 		inUse:       c.inUse,
+		expander:    c.expand,
 	}
 	return c, nil
 }
@@ -88,11 +100,14 @@ func (c *clusterMode) steps(ops *operations.Operations) reconciler.Operations { 
 func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	// Subscribed before the sources start, so no change is missed.
 	c.src.OnAttachmentChange(rec.AttachmentChanged)
+	// A pod's or the Node's next change restores what others overwrote.
+	c.src.OnPodChange(c.conds.Recheck)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.Run(ctx) })
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
-	wg.Go(func() { c.inUse.WatchNode(ctx) })
+	wg.Go(func() { source.WatchNode(ctx, c.client, c.nodeName, c.inUse.NodeChanged) })
+	wg.Go(func() { c.expand.Run(ctx, 2) })
 	if c.fin != nil {
 		wg.Go(func() { c.fin.Run(ctx) })
 	}

@@ -17,11 +17,14 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/republish"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -96,6 +99,11 @@ type Config struct {
 	ClusterWideInformers bool
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
+	// Changes tunes what is done for volumes that change while in use.
+	Changes ChangesConfig
+	// AttachLimits, when set, is told of attaches that failed for the
+	// node's volume limit (cluster mode).
+	AttachLimits AttachLimits
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.
@@ -137,6 +145,10 @@ type Manager struct {
 	pop     *populator.Populator
 	ops     *operations.Operations
 	rec     *reconciler.Reconciler
+	checker *mountcheck.Checker
+	stats   *stats.Collector
+	// republisher publishes requiresRepublish drivers' volumes again.
+	republisher *republish.Republisher
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.
@@ -200,9 +212,18 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	rcfg := cfg.Reconciler
-	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
+	rcfg.Desired, rcfg.Actual = m.desire, m.world
+	if rcfg.Operations, err = m.newMountChecker(in, m.mode.steps(m.ops)); err != nil {
+		return nil, errors.Join(err, m.mode.close())
+	}
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
 	rcfg.Status, rcfg.Events, rcfg.InUse = observe(in.status, cfg.PodObserver), in.events, in.inUse
+	if in.expander != nil {
+		rcfg.Expander = in.expander
+	}
+	if m.stats != nil {
+		rcfg.Health = m.stats
+	}
 	rcfg.Ready = met
 	if cfg.Reconciler.Ready != nil {
 		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}
@@ -267,6 +288,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { m.rec.Run(ctx) })
+	wg.Go(func() { m.runChanges(ctx) })
 	wg.Go(func() {
 		select {
 		case <-ctx.Done():

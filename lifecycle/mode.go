@@ -38,4 +38,7 @@ type inputs struct {
 	status      reconciler.StatusWriter
 	events      reconciler.EventRecorder
 	inUse       reconciler.InUseReporter
+	// expander completes publishes of volumes resized before the mount;
+	// nil in standalone mode.
+	expander reconciler.MountExpander
 }

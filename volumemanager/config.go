@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 )
 
@@ -39,6 +40,11 @@ type Config struct {
 	// deletion and then completes their deletion. It implies
 	// RemoveTerminatingPods. Cluster mode only.
 	RegisterNode bool
+	// ExpectedDrivers are the CSI drivers a node needs, with RegisterNode:
+	// until all of them are registered the Node carries the NoSchedule
+	// taint csi-volmgr.io/drivers-not-ready (see
+	// TaintDriversNotReady for why a taint and not NotReady).
+	ExpectedDrivers []string
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion (for nodes without a kubelet). Cluster mode only.
 	RemoveTerminatingPods bool
@@ -66,12 +72,19 @@ type Config struct {
 	FrontEndpoint, FrontDriver string
 	// HTTPEndpoint, when set, is the TCP address Run serves Handler on.
 	HTTPEndpoint string
+	// Changes tunes what is done for volumes that change while in use
+	// (see ChangesConfig).
+	Changes ChangesConfig
 	// Version is reported in the logs.
 	Version string
 	// Tuning holds the knobs that tests and benchmarks turn; the zero
 	// value is the production default.
 	Tuning Tuning
 }
+
+// ChangesConfig tunes what is done for volumes that change while in use:
+// the mount check after driver restarts.
+type ChangesConfig = lifecycle.ChangesConfig
 
 // Tuning holds the knobs that tests and benchmarks turn.
 type Tuning struct {
@@ -116,6 +129,9 @@ func (c *Config) validate() error {
 	}
 	if c.RegisterNode {
 		c.RemoveTerminatingPods = true
+	}
+	if len(c.ExpectedDrivers) > 0 && !c.RegisterNode {
+		bad("ExpectedDrivers", errors.New("needs RegisterNode: the taint goes on the Node the agent registers"))
 	}
 	if c.ResyncPeriod < 0 {
 		bad("ResyncPeriod", fmt.Errorf("%v must not be negative", c.ResyncPeriod))

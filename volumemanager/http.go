@@ -36,6 +36,8 @@ type VolumeStatus struct {
 	Reconstructed bool        `json:"reconstructed,omitempty"`
 	Pods          []PodStatus `json:"pods"`
 	LastError     *ErrorInfo  `json:"lastError,omitempty"`
+	// Stats is the volume's last usage and health from its driver.
+	Stats *VolumeStatsStatus `json:"stats,omitempty"`
 }
 
 // PodStatus is one pod's publish of a volume in the JSON status API.
@@ -96,7 +98,7 @@ func (vm *VolumeManager) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET "+VolumesPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, volumeStatuses(vm.manager.Snapshot(), vm.waiters.name))
+		writeJSON(w, vm.withStats(volumeStatuses(vm.manager.Snapshot(), vm.waiters.name)))
 	})
 	mux.HandleFunc("GET "+DriversPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, driverStatuses(r, vm.registry.List()))

@@ -44,6 +44,8 @@ type VolumeManager struct {
 	factory  informers.SharedInformerFactory
 	nodeInfo *nodeinfo.Manager
 	node     *nodeKeeper
+	// allocatable refreshes the drivers' allocatable counts (cluster mode).
+	allocatable *nodeinfo.AllocatableRefresher
 	// standalone is the manifest source in standalone mode.
 	standalone *manifests.Source
 	// listener serves Handler when Config.HTTPEndpoint is set.
@@ -78,6 +80,12 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		return nil, err
 	}
 	vm.waiters = newPodWaiters(func(uid types.UID) int { return len(vm.manager.PodVolumes(uid)) })
+	if err := vm.newAllocatable(); err != nil {
+		return nil, err
+	}
+	if vm.node != nil {
+		vm.registry.Subscribe(func(registry.Event) { vm.node.DriversChanged() })
+	}
 	lcfg := lifecycle.Config{
 		NodeName: cfg.NodeName, RootDir: cfg.RootDir,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
@@ -88,12 +96,16 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
 		ResyncPeriod:          cfg.ResyncPeriod,
+		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,
 	}
 	if vm.standalone != nil {
 		lcfg.Standalone = vm.standalone
 	} else {
 		lcfg.Client = cfg.KubeClient
+	}
+	if vm.allocatable != nil {
+		lcfg.AttachLimits = attachLimits{vm.allocatable}
 	}
 	if vm.manager, err = lifecycle.New(ctx, lcfg); err != nil {
 		return nil, err
@@ -130,6 +142,7 @@ func (vm *VolumeManager) newBackend(ctx context.Context) error {
 	}
 	if cfg.RegisterNode {
 		vm.node = newNodeKeeper(cfg.KubeClient, cfg.NodeName, cfg.Tuning.NodeLeaseDuration, cfg.Tuning.NodeStatusInterval)
+		vm.node.expectDrivers(cfg.ExpectedDrivers, vm.driverRegistered)
 	}
 	return nil
 }
@@ -200,6 +213,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	}
 	if vm.nodeInfo != nil {
 		wg.Go(func() { vm.ensureCSINode(runCtx) })
+		wg.Go(func() { vm.runAllocatable(runCtx) })
 	}
 	var server *http.Server
 	if vm.listener != nil {

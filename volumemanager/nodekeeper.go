@@ -52,6 +52,10 @@ type nodeKeeper struct {
 	leaseDuration  time.Duration
 	statusInterval time.Duration
 
+	// taint keeps TaintDriversNotReady while expected drivers are
+	// missing; nil without expected drivers.
+	taint *driversTaint
+
 	// nc is the running node controller; stop ends it.
 	nc   *node.NodeController
 	stop context.CancelFunc
@@ -78,6 +82,7 @@ func (k *nodeKeeper) spec() *corev1.Node {
 			},
 			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
 		},
+		Spec: corev1.NodeSpec{Taints: k.taint.initial()},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: NodeReadyReason, Message: NodeReadyMessage,
 			LastHeartbeatTime: now, LastTransitionTime: now,
@@ -156,6 +161,10 @@ func (k *nodeKeeper) Run(ctx context.Context) {
 	if k.nc == nil {
 		return
 	}
+	taintCtx, stopTaint := context.WithCancel(ctx)
+	taintDone := make(chan struct{})
+	go func() { defer close(taintDone); k.runTaint(taintCtx) }()
+	defer func() { stopTaint(); <-taintDone }()
 	select {
 	case <-ctx.Done():
 	case <-k.nc.Done():

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
@@ -72,6 +74,8 @@ func (o *Operations) attachment(vaName string) (map[string]string, error) {
 		return nil, fmt.Errorf("%w: VolumeAttachment %s is being deleted", volume.ErrNotAttached, vaName)
 	case va.Status.Attached:
 		return va.Status.AttachmentMetadata, nil
+	case isAttachLimitError(va.Status.AttachError):
+		return nil, fmt.Errorf("%w: %w: VolumeAttachment %s: %s", volume.ErrAttachLimitExceeded, ErrAttachFailed, vaName, va.Status.AttachError.Message)
 	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
 		// Not ErrNotAttached: the attach was tried and failed, and the pod's
 		// condition says AttachFailed with the attacher's message.
@@ -93,4 +97,10 @@ func (o *Operations) publishContext(name volume.Name, src volume.Source, attachR
 		return nil, fmt.Errorf("%w: %s (wait for attach first)", volume.ErrNotAttached, name)
 	}
 	return v.PublishContext, nil
+}
+
+// isAttachLimitError says whether an attach error is the driver's
+// ResourceExhausted (errorCode, KEP-4876): the node's attach limit.
+func isAttachLimitError(e *storagev1.VolumeError) bool {
+	return e != nil && e.ErrorCode != nil && *e.ErrorCode == int32(codes.ResourceExhausted)
 }

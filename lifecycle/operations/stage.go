@@ -3,7 +3,6 @@ package operations
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -271,7 +270,7 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 			return nil
 		}
 		// The staging directory need not be durable: the record is.
-		return os.MkdirAll(p.site.Path, checkpoint.DirMode)
+		return makeMountDir(p.site.Path)
 	})
 	if err != nil {
 		return s.fail(err)

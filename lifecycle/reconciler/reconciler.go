@@ -36,6 +36,11 @@ type Config struct {
 	Events EventRecorder
 	InUse  InUseReporter
 	Ready  ReadyObserver
+	// Expander, when set, expands a volume right after its publish when
+	// its claim was resized before the mount.
+	Expander MountExpander
+	// Health, when set, names unhealthy volumes in ready pods' conditions.
+	Health VolumeHealth
 	// VolumeWorkers and PodWorkers are the numbers of keys handled at once;
 	// 0 means 8 and 32.
 	VolumeWorkers, PodWorkers int

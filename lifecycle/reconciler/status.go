@@ -56,7 +56,7 @@ func (r *Reconciler) podStatus(uid types.UID) status.PodVolumesStatus {
 			return status.Blocked(p.Info, b)
 		}
 	}
-	return status.Ready(p.Info)
+	return r.readyStatus(p)
 }
 
 // blocker says what holds one use back, if anything.

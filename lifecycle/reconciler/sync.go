@@ -124,7 +124,7 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 		r.recordFailure(key.Volume, volume.StepPublish, err, key.Pod)
 		return fmt.Errorf("publish %s: %w", key, err)
 	}
-	return nil
+	return r.expandAfterPublish(ctx, key, use)
 }
 
 // knownVolumes is every volume the desired or the actual state knows.

@@ -32,6 +32,10 @@ const (
 	// ReasonAttachFailed: waiting for attach failed otherwise, e.g. the
 	// VolumeAttachment reports an attachError.
 	ReasonAttachFailed = "AttachFailed"
+	// ReasonVolumeAttachmentLimitExceeded: the attach failed with the
+	// driver's ResourceExhausted (volume.ErrAttachLimitExceeded), the
+	// kubelet's reason for failing such a pod (KEP-4876).
+	ReasonVolumeAttachmentLimitExceeded = "VolumeAttachmentLimitExceeded"
 	// ReasonVolumeInUse: the step waits for another pod's use of the volume
 	// to end (volume.ErrInUse).
 	ReasonVolumeInUse = "VolumeInUse"
@@ -51,6 +55,10 @@ const (
 	ReasonVolumeFailed = "VolumeFailed"
 	// ReasonVolumesPending: nothing failed; a step is in progress.
 	ReasonVolumesPending = "VolumesPending"
+	// ReasonVolumeUnhealthy is the reason of a True condition: every
+	// volume is published, and a driver reports an adverse health
+	// condition of one (NodeGetVolumeHealth); the message says which.
+	ReasonVolumeUnhealthy = "VolumeUnhealthy"
 )
 
 // MaxMessageLength bounds condition and Event messages, in bytes: the
@@ -89,6 +97,13 @@ type PodVolumesStatus struct {
 // Ready returns the status of a pod whose volumes are all published.
 func Ready(pod volume.PodInfo) PodVolumesStatus {
 	return PodVolumesStatus{Pod: pod, Ready: true}
+}
+
+// ReadyButUnhealthy returns the status of a pod whose volumes are all
+// published, one of which a driver reports unhealthy: True, with
+// ReasonVolumeUnhealthy and message.
+func ReadyButUnhealthy(pod volume.PodInfo, message string) PodVolumesStatus {
+	return PodVolumesStatus{Pod: pod, Ready: true, Reason: ReasonVolumeUnhealthy, Message: message}
 }
 
 // Blocked returns the status of a pod that waits for b.
@@ -132,6 +147,8 @@ func (b Blocker) Reason() string {
 		return ReasonInvalidVolumeSpec
 	case errors.Is(b.Err, volume.ErrDriverNotRegistered):
 		return ReasonDriverNotRegistered
+	case errors.Is(b.Err, volume.ErrAttachLimitExceeded):
+		return ReasonVolumeAttachmentLimitExceeded
 	case errors.Is(b.Err, volume.ErrNotAttached):
 		return ReasonWaitingForAttach
 	case errors.Is(b.Err, volume.ErrInUse):

@@ -39,6 +39,9 @@ type agentOptions struct {
 	// backoff; 0 means 50ms and 1s, which keeps retries out of the tests'
 	// way.
 	RetryBaseDelay, RetryMaxDelay time.Duration
+	// Changes tunes what the agent does for volumes that change while in
+	// use (stats period, mount checks, republish).
+	Changes volumemanager.ChangesConfig
 }
 
 // agent is csi-volmgr run in the test process: the volume manager the
@@ -99,7 +102,7 @@ func startAgent(t *testing.T, f *k8stest.Fixture, opts agentOptions) *agent {
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
 	vm, err := volumemanager.New(ctx, volumemanager.Config{
-		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, CSITimeout: opts.CSITimeout,
+		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, CSITimeout: opts.CSITimeout, Changes: opts.Changes,
 		Tuning: volumemanager.Tuning{
 			Reconciler: reconciler.Config{
 				RetryBaseDelay: cmp.Or(opts.RetryBaseDelay, 50*time.Millisecond), RetryMaxDelay: cmp.Or(opts.RetryMaxDelay, time.Second),

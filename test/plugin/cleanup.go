@@ -22,7 +22,7 @@ type fileID struct {
 }
 
 // CleanupMounts unmounts every mount, anywhere in the mount namespace, that shows a volume of the
-// plugin whose state directory is stateDir, and detaches the volumes' loop devices. It is meant for
+// plugin whose state directory is stateDir (FUSE mounts of its volumes included, broken or not), and detaches the volumes' loop devices. It is meant for
 // test teardown once the plugin process is gone: it finds the mounts in the mount table and the
 // volumes in the volumes directory, not in the state file, so it works whatever the plugin died doing.
 func CleanupMounts(stateDir string) error {
@@ -44,8 +44,10 @@ func CleanupMounts(stateDir string) error {
 
 	// What a mount of each volume shows: its directory, or its loop device.
 	sources := map[fileID]bool{}
+	ids := map[string]bool{}
 	var images []string
 	for _, e := range entries {
+		ids[strings.TrimSuffix(e.Name(), ".img")] = true
 		p := filepath.Join(volumesDir, e.Name())
 		if !e.IsDir() && strings.HasSuffix(e.Name(), ".img") {
 			images = append(images, p)
@@ -64,6 +66,11 @@ func CleanupMounts(stateDir string) error {
 		if err != nil {
 			return err
 		}
+		fuseMounts, err := fuseMountsOf(ids)
+		if err != nil {
+			return err
+		}
+		ours = append(fuseMounts, ours...)
 		if len(ours) == 0 {
 			break
 		}

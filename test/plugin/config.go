@@ -27,10 +27,13 @@ var ErrInvalidConfig = errors.New("invalid plugin configuration")
 type Capabilities struct {
 	// StageUnstage advertises the node capability STAGE_UNSTAGE_VOLUME.
 	StageUnstage bool
-	// Expand advertises the node capability EXPAND_VOLUME.
+	// Expand advertises the node and controller capability EXPAND_VOLUME.
 	Expand bool
 	// VolumeStats advertises the node capability GET_VOLUME_STATS.
 	VolumeStats bool
+	// VolumeHealth advertises the node capability GET_VOLUME_HEALTH: NodeGetVolumeHealth reports the
+	// conditions the control file sets for a volume, and a broken mount.
+	VolumeHealth bool
 	// VolumeMountGroup advertises the node capability VOLUME_MOUNT_GROUP.
 	VolumeMountGroup bool
 	// SingleNodeMultiWriter advertises SINGLE_NODE_MULTI_WRITER on the node and the controller service.
@@ -52,6 +55,7 @@ func AllCapabilities() Capabilities {
 		StageUnstage:          true,
 		Expand:                true,
 		VolumeStats:           true,
+		VolumeHealth:          true,
 		VolumeMountGroup:      true,
 		SingleNodeMultiWriter: true,
 		ControllerPublish:     true,
@@ -71,6 +75,7 @@ type Config struct {
 	// StateDir holds the state file and the volumes' backing directories and image files.
 	StateDir string
 	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by ControllerPublishVolume; 0 means no limit.
+	// The control file's maxVolumesPerNode replaces it while set.
 	MaxVolumesPerNode int64
 	// Topology is the accessible topology of the node; empty disables VOLUME_ACCESSIBILITY_CONSTRAINTS.
 	Topology map[string]string

@@ -93,6 +93,9 @@ func (s *nodeServer) stage(logger klog.Logger, v *Volume, st Staging) error {
 		if err := applyMountGroup(v.Path, st.MountGroup); err != nil {
 			return err
 		}
+		if isFuse(v) {
+			return s.d.fuse.mount(logger, v, st.Path)
+		}
 		return ensureBindMount(logger, s.d.mounter, v.Path, st.Path, v.Path, false, bindOptions(false, st.MountFlags))
 	}
 	dev, err := attachLoopDevice(v.Path)
@@ -150,6 +153,9 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 // unstage removes what stage made at path. owned says the volume is staged at path or nowhere,
 // so that its device file and loop device may go.
 func (s *nodeServer) unstage(logger klog.Logger, v *Volume, path, source string, owned bool) error {
+	if isFuse(v) {
+		return unmountFuse(logger, path, v.ID)
+	}
 	if v.AccessType == AccessMount {
 		return unmountAll(logger, s.d.mounter, path, source)
 	}
@@ -207,6 +213,9 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if staging != "" && (v.Staged == nil || v.Staged.Path != staging) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
 	}
+	if isFuse(&v) && staging == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "FUSE volume %s needs the STAGE_UNSTAGE_VOLUME capability", id)
+	}
 	want := Publication{
 		StagingPath: staging,
 		ReadOnly:    req.GetReadonly(),
@@ -262,6 +271,12 @@ func (s *nodeServer) publish(logger klog.Logger, v *Volume, target string, p Pub
 	opts := bindOptions(p.ReadOnly, p.MountFlags)
 	if v.AccessType == AccessMount {
 		from := v.Path
+		if isFuse(v) {
+			if err := checkFuseStaged(p.StagingPath, v.ID); err != nil {
+				return status.Errorf(codes.FailedPrecondition, "staging path %s does not show FUSE volume %s: %v", p.StagingPath, v.ID, err)
+			}
+			return ensureBindMount(logger, s.d.mounter, p.StagingPath, target, p.StagingPath, false, opts)
+		}
 		if p.StagingPath != "" {
 			if ok, err := isMountOf(s.d.mounter, p.StagingPath, v.Path); err != nil {
 				return err
@@ -317,7 +332,11 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if err != nil {
 		return nil, ioStatus(err)
 	}
-	if err := unmountAll(logger, s.d.mounter, target, source); err != nil {
+	unmount := func() error { return unmountAll(logger, s.d.mounter, target, source) }
+	if isFuse(&v) {
+		unmount = func() error { return unmountFuse(logger, target, v.ID) }
+	}
+	if err := unmount(); err != nil {
 		return nil, ioStatus(err)
 	}
 	_, recorded := v.Published[target]

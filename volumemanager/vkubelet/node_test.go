@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
@@ -65,7 +66,7 @@ func TestVolumesInUseSurvivesTheNodeControllersPatches(t *testing.T) {
 				t.Fatal(err)
 			}
 			go inUse.Run(ctx, nil)
-			go inUse.WatchNode(ctx)
+			go source.WatchNode(ctx, f.Client, f.NodeName, inUse.NodeChanged)
 			a, b := volume.Name("kubernetes.io/csi/d^a"), volume.Name("kubernetes.io/csi/d^b")
 			inUse.Set([]volume.Name{a})
 			stale := waitForNode(t, f, "volume a in use", func(n *corev1.Node) bool {

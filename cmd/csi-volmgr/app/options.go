@@ -28,6 +28,7 @@ type RunOptions struct {
 	RegisterNode         bool
 	FrontEndpoint        string
 	FrontDriver          string
+	ChangeOptions
 
 	Logging *logsapi.LoggingConfiguration
 }
@@ -64,6 +65,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
 	o.addModeFlags(fs)
 	o.addFrontFlags(fs)
+	o.addChangeFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 }
 

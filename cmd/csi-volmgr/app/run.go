@@ -57,6 +57,7 @@ var flagOf = map[string]string{
 	"FrontEndpoint":   "--front-endpoint",
 	"FrontDriver":     "--front-driver",
 	"HTTPEndpoint":    "--http-endpoint",
+	"ExpectedDrivers": "--expected-drivers",
 }
 
 // flagErrors names the flag of every volumemanager.ConfigError in err,
@@ -94,6 +95,8 @@ func run(ctx context.Context, o *RunOptions) error {
 		FrontEndpoint:            o.FrontEndpoint,
 		FrontDriver:              o.FrontDriver,
 		HTTPEndpoint:             o.HTTPEndpoint,
+		Changes:                  o.changes(),
+		ExpectedDrivers:          o.ExpectedDrivers,
 		Version:                  version,
 	}
 	if o.Manifests == "" {

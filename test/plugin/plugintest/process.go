@@ -175,6 +175,7 @@ func (p *Plugin) commandLine(opts Options) []string {
 		flag("node-stage-unstage", caps.StageUnstage),
 		flag("node-expand-volume", caps.Expand),
 		flag("node-get-volume-stats", caps.VolumeStats),
+		flag("node-get-volume-health", caps.VolumeHealth),
 		flag("node-volume-mount-group", caps.VolumeMountGroup),
 		flag("single-node-multi-writer", caps.SingleNodeMultiWriter),
 		flag("controller-publish-unpublish", caps.ControllerPublish),
