@@ -235,7 +235,11 @@ func TestResolve(t *testing.T) {
 }
 
 // TestSourceFields checks every field a bound CSI PV carries into the
-// desired state, and the pod-level fields.
+// desired state, and the pod-level fields. The deprecated
+// volume.beta.kubernetes.io/mount-options annotation is not among them: the
+// kubelet's CSI path sends spec.mountOptions only (csi_attacher.go
+// MountDevice, csi_mounter.go SetUpAt); MountOptionFromSpec, which adds the
+// annotation, serves the in-tree plugins.
 func TestSourceFields(t *testing.T) {
 	ctx := testContext(t)
 	pod := newPod("p", withClaim("data", "c1"), func(p *corev1.Pod) {
@@ -259,7 +263,7 @@ func TestSourceFields(t *testing.T) {
 		ID:            volume.ID{Driver: driver, Handle: "h1", PVName: "pv1", AccessType: volume.Filesystem},
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		FSType:        "ext4",
-		MountOptions:  []string{"discard", "noatime", "nodiratime"},
+		MountOptions:  []string{"discard"},
 		Attributes:    map[string]string{"pool": "fast"},
 		StageSecret:   &volume.SecretRef{Namespace: "sec", Name: "stage"},
 		PublishSecret: &volume.SecretRef{Namespace: "sec", Name: "publish"},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -24,9 +23,6 @@ const (
 	// pvcProtectionFinalizer keeps a claim in use from being deleted; a
 	// claim being deleted without it is not used (as the kubelet).
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
-	// mountOptionsAnnotation is the deprecated PV annotation whose
-	// comma-separated options the kubelet adds to spec.mountOptions.
-	mountOptionsAnnotation = "volume.beta.kubernetes.io/mount-options"
 )
 
 // resolver resolves the volumes of one pod. It is used by one goroutine.
@@ -247,7 +243,7 @@ func (r *resolver) persistent(c *claimVolume) error {
 			ID:            volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
 			AccessModes:   slices.Clone(pv.Spec.AccessModes),
 			FSType:        csi.FSType,
-			MountOptions:  mountOptions(pv),
+			MountOptions:  slices.Clone(pv.Spec.MountOptions),
 			Attributes:    maps.Clone(csi.VolumeAttributes),
 			StageSecret:   secretRef(csi.NodeStageSecretRef),
 			PublishSecret: secretRef(csi.NodePublishSecretRef),
@@ -348,20 +344,6 @@ func secretRef(ref *corev1.SecretReference) *volume.SecretRef {
 		return nil
 	}
 	return &volume.SecretRef{Namespace: ref.Namespace, Name: ref.Name}
-}
-
-// mountOptions returns spec.mountOptions plus those of the deprecated
-// annotation, as the kubelet's MountOptionFromSpec.
-func mountOptions(pv *corev1.PersistentVolume) []string {
-	opts := slices.Clone(pv.Spec.MountOptions)
-	if a, ok := pv.Annotations[mountOptionsAnnotation]; ok {
-		for _, o := range strings.Split(a, ",") {
-			if o = strings.TrimSpace(o); o != "" {
-				opts = append(opts, o)
-			}
-		}
-	}
-	return opts
 }
 
 // specError is an invalid volume specification with a human-readable
