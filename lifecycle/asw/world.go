@@ -221,8 +221,10 @@ func (w *World) AddReconstructedVolume(name volume.Name, id volume.ID, stagingPa
 
 // AddReconstructedPod records a pod's publish found at start-up (a pod
 // volume directory): publish uncertain and marked reconstructed. The volume
-// entry is created as by AddReconstructedVolume if missing. An existing pod
-// entry keeps its state.
+// entry is created as by AddReconstructedVolume if missing, except for an
+// inline (ephemeral) volume, which is never staged: its entry is NotStaged,
+// so that its teardown sends no NodeUnstageVolume. An existing pod entry
+// keeps its state.
 func (w *World) AddReconstructedPod(key volume.PodKey, id volume.ID, targetPath string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -230,7 +232,7 @@ func (w *World) AddReconstructedPod(key volume.PodKey, id volume.ID, targetPath 
 		if _, ok := v.pods[key.Pod]; ok {
 			return
 		}
-	} else {
+	} else if !key.Volume.IsInline() {
 		v := w.volume(key.Volume, id)
 		v.stage, v.reconstructed = volume.StageUncertain, true
 	}
