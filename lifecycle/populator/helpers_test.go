@@ -53,6 +53,9 @@ type stackOptions struct {
 	node              string
 	// noWait skips waiting for the populator to sync.
 	noWait bool
+	// workers is the populator's Workers; 0 means its default. With one,
+	// pods are resolved in the order of their events.
+	workers int
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -77,6 +80,7 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		NodeName:              o.node,
 		RemoveTerminatingPods: o.removeTerminating,
 		Clock:                 o.clock,
+		Workers:               o.workers,
 	})
 	if err != nil {
 		t.Fatalf("populator.New: %v", err)

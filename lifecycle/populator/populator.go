@@ -223,6 +223,14 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		return nil
 	}
 	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "podUID", uid)
+	if p.terminating(pod) {
+		// As the kubelet's findAndAddNewPods, which skips pods whose
+		// containers are terminating: a pod marked for deletion gets no
+		// volume it does not have yet, and keeps those it has until it is
+		// deleted or terminal.
+		logger.V(4).Info("Pod is marked for deletion; its desired volumes are kept as they are")
+		return nil
+	}
 
 	var previous []dsw.Use
 	if cur, ok := p.cfg.DesiredState.Pod(uid); ok {
@@ -258,6 +266,20 @@ func (p *Populator) leaving(pod *corev1.Pod) bool {
 		return true
 	}
 	return p.cfg.RemoveTerminatingPods && pod.DeletionTimestamp != nil
+}
+
+// terminating tells whether the pod is marked for deletion and was not
+// known when the sources synced. Pods known then are resolved once whatever
+// their state, as the kubelet adds the volumes of terminating pods on its
+// first pass after a restart: their containers may still run.
+func (p *Populator) terminating(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, initial := p.initial[pod.UID]
+	return !initial
 }
 
 func (p *Populator) firstSeenOf(uid types.UID) time.Time {

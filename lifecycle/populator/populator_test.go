@@ -2,6 +2,7 @@ package populator_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -358,5 +359,48 @@ func TestPodsThatLeave(t *testing.T) {
 				t.Errorf("a terminal pod holds references %+v", refs)
 			}
 		})
+	}
+}
+
+// TestPodMarkedForDeletionGetsNoNewVolumes: as the kubelet, a pod marked
+// for deletion gets no volume it does not have yet (its containers are
+// terminating), while a pod that has volumes keeps them until it is deleted
+// or terminal. Pods known when the sources synced are resolved once
+// whatever their state (the "with a kubelet" case of TestPodsThatLeave).
+func TestPodMarkedForDeletionGetsNoNewVolumes(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("kept", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
+	s := startStack(ctx, t, client, stackOptions{workers: 1})
+	if got := s.store.VolumePods(pvName("h1")); len(got) != 1 {
+		t.Fatalf("pods using h1 at start = %v, want kept", got)
+	}
+
+	deleting := newPod("deleting", withClaim("data", "c1"), func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} })
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, deleting, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := client.CoreV1().Pods(ns).Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	kept.ResourceVersion = "2"
+	if _, err := client.CoreV1().Pods(ns).Update(ctx, kept, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// With one worker, pods are resolved in the order of their events: once
+	// the marker is desired, the two pods before it have been handled.
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, newPod("marker", withClaim("data", "c1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "marker pod desired", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-marker"})
+		return ok
+	})
+	if _, ok := s.store.Pod("uid-deleting"); ok {
+		t.Error("a pod first seen while marked for deletion is in the desired state; the kubelet adds no volume to it")
+	}
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-kept"}); !ok {
+		t.Error("a pod marked for deletion lost the volume it had; it keeps it until it is deleted or terminal")
 	}
 }
