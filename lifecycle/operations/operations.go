@@ -67,7 +67,11 @@ type Operations struct {
 	secrets     Secrets
 	tokens      Tokens
 	mounts      Mounts
-	observer    Observer
+	// mounter mounts and unmounts what the agent itself mounts: subPath
+	// mounts it cleans up, the block layout's device files. It is Mounts
+	// when that is a mount.Interface, else mount.New("").
+	mounter  mount.Interface
+	observer Observer
 
 	locks   *locks
 	tree    *tree
@@ -100,6 +104,10 @@ func New(cfg Config) (*Operations, error) {
 	if mounts == nil {
 		mounts = mount.New("")
 	}
+	mounter, ok := mounts.(mount.Interface)
+	if !ok {
+		mounter = mount.New("")
+	}
 	return &Operations{
 		layout:      layout,
 		nodeName:    cfg.NodeName,
@@ -110,6 +118,7 @@ func New(cfg Config) (*Operations, error) {
 		secrets:     cfg.Secrets,
 		tokens:      cfg.Tokens,
 		mounts:      mounts,
+		mounter:     mounter,
 		observer:    cfg.Observer,
 		locks:       newLocks(),
 		tree:        &tree{mounts: mounts},

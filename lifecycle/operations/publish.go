@@ -182,15 +182,25 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 		return nil
 	}
 	var site publishingSite
+	var parsed paths.PodVolume
 	if external {
 		site, err = o.callerPublishing(v.ID, key, p.TargetPath)
 	} else {
-		var parsed paths.PodVolume
 		parsed, err = o.layout.ParseTarget(p.TargetPath)
 		site = publishingSite{Publishing: parsed.Publishing}
 	}
 	if err != nil {
 		return fail(p.State, err)
+	}
+	if !external && parsed.AccessType == volume.Filesystem {
+		// The kubelet's CleanSubPaths, before TearDown.
+		dir, err := o.layout.SubPaths(parsed.Pod, parsed.PublishName)
+		if err == nil {
+			err = o.cleanSubPaths(dir)
+		}
+		if err != nil {
+			return fail(p.State, err)
+		}
 	}
 	if p.State != volume.NotPublished {
 		handle, driver := v.Handle, v.Driver
