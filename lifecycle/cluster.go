@@ -22,6 +22,7 @@ import (
 // deletion of pods whose volumes are torn down.
 type clusterMode struct {
 	src    *source.Source
+	node   *source.Node
 	conds  *status.PodConditions
 	events *status.Events
 	inUse  *status.VolumesInUse
@@ -36,7 +37,11 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, fmt.Errorf("start sources: %w", err)
 	}
-	c := &clusterMode{src: src}
+	node, err := source.NewNode(client, m.cfg.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterMode{src: src, node: node}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
 		Client: client, Queue: queues,
 		CachedPod: func(namespace, name string) *corev1.Pod {
@@ -71,6 +76,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	}
 	c.in = inputs{
 		source:      src,
+		node:        node,
 		attachments: src.Attachments(),
 		secrets:     source.NewSecrets(client),
 		tokens:      tokenRequester{client: client},
@@ -90,6 +96,7 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	c.src.OnAttachmentChange(rec.AttachmentChanged)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.Run(ctx) })
+	wg.Go(func() { c.node.Run(ctx) })
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
 	if c.fin != nil {

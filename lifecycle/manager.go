@@ -175,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if m.pop, err = populator.New(populator.Config{
 		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
+		Node: in.node,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}

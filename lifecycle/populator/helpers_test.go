@@ -56,6 +56,9 @@ type stackOptions struct {
 	// workers is the populator's Workers; 0 means its default. With one,
 	// pods are resolved in the order of their events.
 	workers int
+	// watchNode checks PVs' nodeAffinity against the Node object's labels
+	// (source.Node), as cluster mode does.
+	watchNode bool
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -73,7 +76,16 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		t.Fatalf("policy.New: %v", err)
 	}
 	store := dsw.New()
+	var nodeLabels populator.NodeLabels
+	var nodeWatch *source.Node
+	if o.watchNode {
+		if nodeWatch, err = source.NewNode(client, o.node); err != nil {
+			t.Fatal(err)
+		}
+		nodeLabels = nodeWatch
+	}
 	pop, err := populator.New(populator.Config{
+		Node:                  nodeLabels,
 		Source:                src,
 		DesiredState:          store,
 		Policies:              policies,
@@ -88,6 +100,11 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 	runCtx, cancel := context.WithCancel(ctx)
 	srcDone, popDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(srcDone); src.Run(runCtx) }()
+	if nodeWatch != nil {
+		nodeDone := make(chan struct{})
+		go func() { defer close(nodeDone); nodeWatch.Run(runCtx) }()
+		t.Cleanup(func() { <-nodeDone })
+	}
 	go func() {
 		defer close(popDone)
 		if err := pop.Run(runCtx); err != nil && runCtx.Err() == nil {

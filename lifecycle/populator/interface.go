@@ -68,7 +68,18 @@ type DriverPolicies interface {
 	HasSynced() bool
 }
 
+// NodeLabels gives this node's labels. *source.Node implements it.
+type NodeLabels interface {
+	// Labels returns the node's labels; false while the Node is unknown.
+	Labels() (map[string]string, bool)
+	// OnChange subscribes fn to changes of the labels.
+	OnChange(fn func())
+	// HasSynced tells whether Labels answers from the API server's state.
+	HasSynced() bool
+}
+
 var (
+	_ NodeLabels   = &source.Node{}
 	_ Source       = &source.Source{}
 	_ DesiredState = &dsw.Store{}
 )

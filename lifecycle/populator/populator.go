@@ -44,6 +44,9 @@ type Config struct {
 	Workers int
 	// Clock stamps when pods are first seen; nil means the real clock.
 	Clock clock.PassiveClock
+	// Node gives this node's labels, against which PersistentVolumes'
+	// nodeAffinity is checked; nil checks nothing (standalone mode).
+	Node NodeLabels
 }
 
 // Validate checks the required fields.
@@ -111,6 +114,9 @@ func New(cfg Config) (*Populator, error) {
 	}
 	cfg.Source.OnPodChange(p.podChanged)
 	cfg.Policies.OnChange(p.driverChanged)
+	if cfg.Node != nil {
+		cfg.Node.OnChange(func() { p.driverChanged("") })
+	}
 	return p, nil
 }
 
@@ -125,7 +131,11 @@ func (p *Populator) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	logger.V(2).Info("Waiting for sources to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced) {
+	synced := []cache.InformerSynced{p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced}
+	if p.cfg.Node != nil {
+		synced = append(synced, p.cfg.Node.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return fmt.Errorf("populator: caches did not sync: %w", context.Cause(ctx))
 	}
 	pods := p.cfg.Source.Pods()
@@ -178,8 +188,8 @@ func (p *Populator) podChanged(uid types.UID) {
 	p.queue.Add(uid)
 }
 
-// driverChanged re-resolves every pod when a driver's policy changes; such
-// changes are rare and resolving is cheap.
+// driverChanged re-resolves every pod when a driver's policy (or the node's
+// labels) changes; such changes are rare and resolving is cheap.
 func (p *Populator) driverChanged(string) {
 	for _, pod := range p.cfg.Source.Pods() {
 		p.queue.Add(pod.UID)

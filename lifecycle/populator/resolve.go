@@ -218,6 +218,7 @@ func (r *resolver) persistent(c *claimVolume) error {
 		return fmt.Errorf("reading PV %s: %w", pvName, err)
 	}
 	csi := pv.Spec.CSI
+	affinityErr := r.nodeAffinity(pv)
 	accessType := volume.Filesystem
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 		accessType = volume.Block
@@ -238,6 +239,8 @@ func (r *resolver) persistent(c *claimVolume) error {
 		r.fail(c.spec, invalid("PV %q has volumeMode Filesystem, but is used in volumeDevices", pvName))
 	case !r.p.cfg.Policies.Get(csi.Driver).SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent):
 		r.fail(c.spec, invalid("CSI driver %q does not support Persistent volumes (PV %q)", csi.Driver, pvName))
+	case affinityErr != nil:
+		r.fail(c.spec, affinityErr)
 	default:
 		src := volume.Source{
 			ID:            volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
@@ -248,6 +251,7 @@ func (r *resolver) persistent(c *claimVolume) error {
 			StageSecret:   secretRef(csi.NodeStageSecretRef),
 			PublishSecret: secretRef(csi.NodePublishSecretRef),
 			ExpandSecret:  secretRef(csi.NodeExpandSecretRef),
+			GID:           r.volumeGID(pv),
 		}
 		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 			src.CapacityBytes = q.Value()

@@ -18,7 +18,8 @@ func (s Source) Equal(o Source) bool {
 		secretRefEqual(s.StageSecret, o.StageSecret) &&
 		secretRefEqual(s.PublishSecret, o.PublishSecret) &&
 		secretRefEqual(s.ExpandSecret, o.ExpandSecret) &&
-		s.CapacityBytes == o.CapacityBytes
+		s.CapacityBytes == o.CapacityBytes &&
+		int64PtrEqual(s.GID, o.GID)
 }
 
 // Equal tells whether two PodVolumes describe the same use of a volume by the

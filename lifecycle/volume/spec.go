@@ -67,6 +67,11 @@ type Source struct {
 	StageSecret, PublishSecret, ExpandSecret *SecretRef
 	// CapacityBytes is the PV's spec.capacity, for in-use expansion; 0 if unknown.
 	CapacityBytes int64
+	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
+	// containers of every pod using the volume get as a supplemental group
+	// (the kubelet's GetExtraSupplementalGroupsForPod); nil when absent or
+	// not a number.
+	GID *int64
 }
 
 // PodInfo is what the lifecycle knows of a pod that uses volumes.
