@@ -162,6 +162,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	ownership, err := metrics.NewOwnership(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
 	if cfg.Standalone != nil {
 		m.mode, err = newStandaloneMode(ctx, m)
@@ -189,6 +193,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Tokens:      in.tokens,
 		Mounts:      m.mounter,
 		Observer:    met,
+		Ownership:   ownership,
+		// The reconciler exists by the time a publish reports progress.
+		OnProgress: func(key volume.PodKey) { m.rec.PodStatusChanged(key.Pod) },
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -208,6 +215,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	m.desire.Subscribe(m.rec.DesiredStateHandler())
+	m.desire.Subscribe(dsw.Handler{PodVolume: m.interruptUnwanted})
 	cfg.Policies.OnChange(m.rec.PolicyChanged)
 	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
 	return m, nil
@@ -290,6 +298,15 @@ func (m *Manager) volumeInUse(name volume.Name) bool {
 	}
 	_, held := m.world.Volume(name)
 	return held
+}
+
+// interruptUnwanted interrupts the fsGroup ownership change of a pod's
+// volume that the pod no longer wants (it was deleted): its unpublish need
+// not wait for the walk.
+func (m *Manager) interruptUnwanted(key volume.PodKey) {
+	if _, wanted := m.desire.PodVolume(key); !wanted {
+		m.ops.Interrupt(key)
+	}
 }
 
 // registered adapts Drivers to the reconciler's.

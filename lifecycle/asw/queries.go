@@ -48,6 +48,9 @@ type Pod struct {
 	Reconstructed bool
 	// LastError is the pod's last publish or unpublish error, nil if none.
 	LastError *Failure
+	// Progress is the progress of a long setup step running on the pod's
+	// volume (the fsGroup ownership change), nil if none.
+	Progress *Progress
 }
 
 // VolumeStatus is one volume of a Snapshot, with its pods sorted by UID.
@@ -78,7 +81,16 @@ func (p *podEntry) copy(key volume.PodKey) Pod {
 		External:      p.external,
 		Reconstructed: p.reconstructed,
 		LastError:     copyFailure(p.lastErr),
+		Progress:      copyProgress(p.progress),
 	}
+}
+
+func copyProgress(p *Progress) *Progress {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 func copyFailure(f *Failure) *Failure {

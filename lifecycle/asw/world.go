@@ -86,6 +86,7 @@ type podEntry struct {
 	external      bool
 	reconstructed bool
 	lastErr       *Failure
+	progress      *Progress
 }
 
 // Options configures a World.
@@ -184,6 +185,7 @@ func (w *World) RecordPublish(key volume.PodKey, id volume.ID, o PublishOutcome)
 		p.reconstructed = false
 	}
 	p.lastErr = w.failure(o.Step, o.Err)
+	p.progress = nil
 }
 
 // pod returns the entry of key, creating it (and its volume with id).

@@ -44,6 +44,15 @@ type Config struct {
 	// Observer receives every step's duration and outcome; nil records
 	// nothing.
 	Observer Observer
+	// Ownership receives what the fsGroup ownership changes do; nil
+	// records nothing.
+	Ownership OwnershipObserver
+	// OnProgress, if set, is called whenever the progress of a long setup
+	// step on a pod's volume (asw.Pod.Progress) was recorded, e.g. to
+	// refresh the pod's condition. It must not block.
+	OnProgress func(key volume.PodKey)
+	// ProgressInterval is how often that progress is recorded; 0 means 5s.
+	ProgressInterval time.Duration
 }
 
 // Operations performs the CSI steps of the lifecycle, one step per call:
@@ -72,6 +81,7 @@ type Operations struct {
 	// when that is a mount.Interface, else mount.New("").
 	mounter  mount.Interface
 	observer Observer
+	owners   *owners
 
 	locks   *locks
 	tree    *tree
@@ -120,6 +130,7 @@ func New(cfg Config) (*Operations, error) {
 		mounts:      mounts,
 		mounter:     mounter,
 		observer:    cfg.Observer,
+		owners:      newOwners(cfg),
 		locks:       newLocks(),
 		tree:        &tree{mounts: mounts},
 		digests:     newDigests(),

@@ -41,8 +41,9 @@ import (
 // Publishes of different pods of a volume run in parallel; a
 // ReadWriteOncePod volume's publishes run one at a time (see locks).
 //
-// Not done (yet): the kubelet's recursive fsGroup ownership change for
-// drivers without VOLUME_MOUNT_GROUP, and SELinux mount contexts.
+// After a successful NodePublishVolume, the volume's files are given to the
+// pod's fsGroup when the driver cannot do it (see ownershipNeeded and
+// changeOwnership); Interrupt stops that for a pod that went.
 func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.Source, pv volume.PodVolume) (err error) {
 	rwop := isReadWriteOncePod(src.AccessModes)
 	unlock, err := o.locks.lockPod(ctx, key, rwop)
@@ -104,7 +105,16 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	if err != nil {
 		return s.fail(err)
 	}
+	var after func() error
+	if ownershipNeeded(src, pv, pol, caps) {
+		// Registered before the call, so that a pod deleted meanwhile
+		// interrupts the change before it starts.
+		walkCtx, release := o.owners.register(ctx, key)
+		defer release()
+		after = func() error { return o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv) }
+	}
 	return s.run(ctx, publishPlan{
+		after:  after,
 		client: client,
 		site:   publishingSite{Publishing: pub},
 		record: checkpoint.PublishRecord{
@@ -284,6 +294,9 @@ type publishPlan struct {
 	record checkpoint.PublishRecord
 	// req is sent to the driver.
 	req *csi.NodePublishVolumeRequest
+	// after, if set, runs once NodePublishVolume succeeded: the fsGroup
+	// ownership change. Its error leaves the publish uncertain.
+	after func() error
 }
 
 // run writes the publish record (and, for the layout, the target's parent
@@ -306,6 +319,15 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 	}
 
 	rpcErr := p.client.NodePublishVolume(ctx, p.req)
+	step := volume.StepPublish
+	if rpcErr == nil && p.after != nil {
+		// The volume is mounted: an error from here on is uncertain (the
+		// kubelet's UncertainProgressError), so the mount is torn down when
+		// the pod goes and the step is retried while it stays.
+		if err := p.after(); err != nil {
+			rpcErr, step = err, volume.StepApplyAccessControl
+		}
+	}
 	next := afterPublish(s.prev.State, s.prev.Reconstructed, rpcErr)
 	if next == volume.NotPublished {
 		if cleanErr := o.removePublishing(p.site); cleanErr != nil {
@@ -316,10 +338,10 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 		// The caller got the error; there is nothing to remember.
 		o.forgetPod(s.key)
 	} else {
-		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepPublish, State: next, TargetPath: p.site.Target, External: s.external, Err: rpcErr})
+		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: step, State: next, TargetPath: p.site.Target, External: s.external, Err: rpcErr})
 	}
 	if rpcErr != nil {
-		s.logger.V(2).Info("NodePublishVolume failed", "state", next, "err", rpcErr)
+		s.logger.V(2).Info("Publish failed", "step", step, "state", next, "err", rpcErr)
 		return rpcErr
 	}
 	s.logger.V(2).Info("Published volume", "targetPath", p.site.Target)

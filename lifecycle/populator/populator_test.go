@@ -244,7 +244,8 @@ func TestResolve(t *testing.T) {
 func TestSourceFields(t *testing.T) {
 	ctx := testContext(t)
 	pod := newPod("p", withClaim("data", "c1"), func(p *corev1.Pod) {
-		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000),
+			FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch)}
 	})
 	pv := newPV("pv1", "c1", "h1", func(pv *corev1.PersistentVolume) {
 		pv.Annotations = map[string]string{"volume.beta.kubernetes.io/mount-options": "noatime, nodiratime"}
@@ -276,7 +277,7 @@ func TestSourceFields(t *testing.T) {
 	}
 	wantPV := volume.PodVolume{
 		Pod:      volume.PodInfo{UID: "uid-p", Namespace: ns, Name: "p", ServiceAccount: "sa"},
-		SpecName: "data", FSGroup: ptr.To[int64](2000),
+		SpecName: "data", FSGroup: ptr.To[int64](2000), FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 	}
 	if diff := cmp.Diff(wantPV, u.Volume); diff != "" {
 		t.Errorf("PodVolume (-want +got):\n%s", diff)

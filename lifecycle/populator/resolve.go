@@ -32,8 +32,10 @@ type resolver struct {
 	pod     *corev1.Pod
 	info    volume.PodInfo
 	fsGroup *int64
-	mounts  sets.Set[string]
-	devices sets.Set[string]
+	// fsGroupPolicy is the pod's fsGroupChangePolicy.
+	fsGroupPolicy *corev1.PodFSGroupChangePolicy
+	mounts        sets.Set[string]
+	devices       sets.Set[string]
 	// previous are the pod's current desired uses by spec name: a volume
 	// that was resolved once is kept when resolving it again fails (a
 	// running pod's volume is never torn down because, e.g., its claim is
@@ -78,6 +80,10 @@ func (p *Populator) newResolver(logger klog.Logger, pod *corev1.Pod, previous []
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
 		g := *sc.FSGroup
 		r.fsGroup = &g
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroupChangePolicy != nil {
+		p := *sc.FSGroupChangePolicy
+		r.fsGroupPolicy = &p
 	}
 	for _, u := range previous {
 		r.previous[u.Volume.SpecName] = u
@@ -298,7 +304,8 @@ func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnl
 	r.res.uses = append(r.res.uses, dsw.Use{
 		Name:   name,
 		Source: src,
-		Volume: volume.PodVolume{Pod: r.info, SpecName: spec, ReadOnly: readOnly, FSGroup: r.fsGroup},
+		Volume: volume.PodVolume{Pod: r.info, SpecName: spec, ReadOnly: readOnly, FSGroup: r.fsGroup,
+			FSGroupChangePolicy: r.fsGroupPolicy},
 	})
 }
 

@@ -28,7 +28,15 @@ func (p PodVolume) Equal(o PodVolume) bool {
 	return p.Pod == o.Pod &&
 		p.SpecName == o.SpecName &&
 		p.ReadOnly == o.ReadOnly &&
-		int64PtrEqual(p.FSGroup, o.FSGroup)
+		int64PtrEqual(p.FSGroup, o.FSGroup) &&
+		ptrEqual(p.FSGroupChangePolicy, o.FSGroupChangePolicy)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
 }
 
 func secretRefEqual(a, b *SecretRef) bool {

@@ -92,6 +92,10 @@ type PodVolume struct {
 	ReadOnly bool
 	// FSGroup is the pod's securityContext.fsGroup.
 	FSGroup *int64
+	// FSGroupChangePolicy is the pod's securityContext.fsGroupChangePolicy:
+	// OnRootMismatch skips the recursive ownership change of a volume whose
+	// root already has the group; nil or Always walks every time.
+	FSGroupChangePolicy *corev1.PodFSGroupChangePolicy
 }
 
 // PublishName is the directory name of the volume under the pod's volume
