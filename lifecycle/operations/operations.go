@@ -76,12 +76,8 @@ type Operations struct {
 	secrets     Secrets
 	tokens      Tokens
 	mounts      Mounts
-	// mounter mounts and unmounts what the agent itself mounts: subPath
-	// mounts it cleans up, the block layout's device files. It is Mounts
-	// when that is a mount.Interface, else mount.New("").
-	mounter  mount.Interface
-	observer Observer
-	owners   *owners
+	observer    Observer
+	owners      *owners
 
 	locks   *locks
 	tree    *tree
@@ -114,10 +110,7 @@ func New(cfg Config) (*Operations, error) {
 	if mounts == nil {
 		mounts = mount.New("")
 	}
-	mounter, ok := mounts.(mount.Interface)
-	if !ok {
-		mounter = mount.New("")
-	}
+
 	return &Operations{
 		layout:      layout,
 		nodeName:    cfg.NodeName,
@@ -128,7 +121,6 @@ func New(cfg Config) (*Operations, error) {
 		secrets:     cfg.Secrets,
 		tokens:      cfg.Tokens,
 		mounts:      mounts,
-		mounter:     mounter,
 		observer:    cfg.Observer,
 		owners:      newOwners(cfg),
 		locks:       newLocks(),

@@ -6,8 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"k8s.io/mount-utils"
 )
 
 // cleanSubPaths unmounts and removes every subPath bind mount a container
@@ -37,9 +35,8 @@ func (o *Operations) cleanSubPaths(dir string) error {
 		}
 		for _, m := range mounts {
 			// A subPath mount of a file is a file; of a directory, a
-			// directory. CleanupMountPoint unmounts either (checking bind
-			// mounts too) and removes it.
-			if err := mount.CleanupMountPoint(filepath.Join(containerDir, m.Name()), o.mounter, true); err != nil {
+			// directory.
+			if err := o.cleanupMountPoint(filepath.Join(containerDir, m.Name())); err != nil {
 				return fmt.Errorf("cleaning subPath mount: %w", err)
 			}
 		}
