@@ -51,6 +51,10 @@ type Pod struct {
 	// Progress is the progress of a long setup step running on the pod's
 	// volume (the fsGroup ownership change), nil if none.
 	Progress *Progress
+	// Presentation is how the volume is handed to the pod's containers
+	// (block device path, SELinux context), as the last successful publish
+	// (or reconstruction) recorded it.
+	Presentation volume.Presentation
 }
 
 // VolumeStatus is one volume of a Snapshot, with its pods sorted by UID.
@@ -82,6 +86,7 @@ func (p *podEntry) copy(key volume.PodKey) Pod {
 		Reconstructed: p.reconstructed,
 		LastError:     copyFailure(p.lastErr),
 		Progress:      copyProgress(p.progress),
+		Presentation:  p.presentation,
 	}
 }
 

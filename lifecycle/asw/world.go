@@ -48,6 +48,10 @@ type PublishOutcome struct {
 	// the front endpoint, at a target path it chose: it is that caller's to
 	// tear down, never the reconciler's.
 	External bool
+	// Presentation, when set, is how the published volume is handed to the
+	// pod's containers (block device, SELinux context); nil keeps what was
+	// recorded.
+	Presentation *volume.Presentation
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -87,6 +91,7 @@ type podEntry struct {
 	reconstructed bool
 	lastErr       *Failure
 	progress      *Progress
+	presentation  volume.Presentation
 }
 
 // Options configures a World.
@@ -186,6 +191,9 @@ func (w *World) RecordPublish(key volume.PodKey, id volume.ID, o PublishOutcome)
 	}
 	p.lastErr = w.failure(o.Step, o.Err)
 	p.progress = nil
+	if o.Presentation != nil {
+		p.presentation = *o.Presentation
+	}
 }
 
 // pod returns the entry of key, creating it (and its volume with id).

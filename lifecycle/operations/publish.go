@@ -105,18 +105,31 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	if err != nil {
 		return s.fail(err)
 	}
-	var after func() error
-	if ownershipNeeded(src, pv, pol, caps) {
+	var after func() (*volume.Presentation, error)
+	afterStep := volume.StepPublish
+	switch {
+	case src.AccessType == volume.Block:
+		after = func() (*volume.Presentation, error) {
+			if err := o.mapBlock(pub); err != nil {
+				return nil, err
+			}
+			return &volume.Presentation{DevicePath: pub.DeviceLink}, nil
+		}
+	case ownershipNeeded(src, pv, pol, caps):
 		// Registered before the call, so that a pod deleted meanwhile
 		// interrupts the change before it starts.
 		walkCtx, release := o.owners.register(ctx, key)
 		defer release()
-		after = func() error { return o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv) }
+		afterStep = volume.StepApplyAccessControl
+		after = func() (*volume.Presentation, error) {
+			return &volume.Presentation{}, o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv)
+		}
 	}
 	return s.run(ctx, publishPlan{
-		after:  after,
-		client: client,
-		site:   publishingSite{Publishing: pub},
+		after:     after,
+		afterStep: afterStep,
+		client:    client,
+		site:      publishingSite{Publishing: pub},
 		record: checkpoint.PublishRecord{
 			SpecVolID:           pv.PublishName(src),
 			VolumeHandle:        src.Handle,
@@ -202,13 +215,20 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 	if err != nil {
 		return fail(p.State, err)
 	}
-	if !external && parsed.AccessType == volume.Filesystem {
+	switch {
+	case external:
+	case parsed.AccessType == volume.Filesystem:
 		// The kubelet's CleanSubPaths, before TearDown.
 		dir, err := o.layout.SubPaths(parsed.Pod, parsed.PublishName)
 		if err == nil {
 			err = o.cleanSubPaths(dir)
 		}
 		if err != nil {
+			return fail(p.State, err)
+		}
+	case parsed.AccessType == volume.Block:
+		// The kubelet's UnmapBlockVolume, before UnmapPodDevice.
+		if err := o.unmapBlock(parsed.Publishing); err != nil {
 			return fail(p.State, err)
 		}
 	}
@@ -294,9 +314,12 @@ type publishPlan struct {
 	record checkpoint.PublishRecord
 	// req is sent to the driver.
 	req *csi.NodePublishVolumeRequest
-	// after, if set, runs once NodePublishVolume succeeded: the fsGroup
-	// ownership change. Its error leaves the publish uncertain.
-	after func() error
+	// after, if set, runs once NodePublishVolume succeeded: the block map,
+	// or the fsGroup ownership change. It says how the volume is presented
+	// to the pod; its error leaves the publish uncertain.
+	after func() (*volume.Presentation, error)
+	// afterStep is the step after's errors are recorded under.
+	afterStep volume.Step
 }
 
 // run writes the publish record (and, for the layout, the target's parent
@@ -320,12 +343,14 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 
 	rpcErr := p.client.NodePublishVolume(ctx, p.req)
 	step := volume.StepPublish
+	var presentation *volume.Presentation
 	if rpcErr == nil && p.after != nil {
 		// The volume is mounted: an error from here on is uncertain (the
 		// kubelet's UncertainProgressError), so the mount is torn down when
 		// the pod goes and the step is retried while it stays.
-		if err := p.after(); err != nil {
-			rpcErr, step = err, volume.StepApplyAccessControl
+		var err error
+		if presentation, err = p.after(); err != nil {
+			rpcErr, step, presentation = err, p.afterStep, nil
 		}
 	}
 	next := afterPublish(s.prev.State, s.prev.Reconstructed, rpcErr)
@@ -338,7 +363,8 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 		// The caller got the error; there is nothing to remember.
 		o.forgetPod(s.key)
 	} else {
-		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: step, State: next, TargetPath: p.site.Target, External: s.external, Err: rpcErr})
+		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: step, State: next, TargetPath: p.site.Target,
+			External: s.external, Presentation: presentation, Err: rpcErr})
 	}
 	if rpcErr != nil {
 		s.logger.V(2).Info("Publish failed", "step", step, "state", next, "err", rpcErr)

@@ -168,6 +168,17 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 		logger.Info("Recorded staging path differs from the layout, using the layout's", "recorded", v.StagingPath, "stagingTargetPath", site.Path)
 	}
 
+	if site.MapDir != "" {
+		// The kubelet's GetDeviceBindMountRefs check: a pod still mapped
+		// (its unmap failed) keeps the block volume staged.
+		devs, err := mappedDevices(site.MapDir)
+		if err != nil {
+			return fail(v.Stage, err)
+		}
+		if len(devs) > 0 {
+			return fail(v.Stage, fmt.Errorf("%w: block volume %s is still mapped at %v", volume.ErrInUse, name, devs))
+		}
+	}
 	client, err := o.driver(v.Driver)
 	if err != nil {
 		return fail(v.Stage, err)

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // blockAlignment is the granularity of block volume sizes; loop devices need whole sectors.
@@ -188,7 +190,7 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
 	}
 	if v.AccessType == AccessBlock {
-		if err := detachLoopDevice(v.Path); err != nil {
+		if err := loopdev.Detach(v.Path); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
