@@ -1,4 +1,4 @@
-package kubeletref
+package fsgroup_test
 
 import (
 	"fmt"
