@@ -22,6 +22,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -89,6 +90,9 @@ type Config struct {
 	ClusterWideInformers bool
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
+	// SELinux turns pods' SELinux options into the context= their PVs are
+	// mounted with; nil asks the host (selinux.Host).
+	SELinux selinux.Translator
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.
@@ -176,10 +180,14 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	in := m.mode.inputs()
+	var seLinux selinux.Translator = selinux.Host{}
+	if cfg.SELinux != nil {
+		seLinux = cfg.SELinux
+	}
 	if m.pop, err = populator.New(populator.Config{
 		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
-		Node: in.node,
+		Node: in.node, SELinux: seLinux,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}

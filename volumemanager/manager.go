@@ -84,6 +84,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		ClusterWideInformers:  cfg.ClusterWideInformers,
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Reconciler:            cfg.Tuning.Reconciler,
+		SELinux:               cfg.Tuning.SELinux,
 	}
 	if vm.standalone != nil {
 		lcfg.Standalone = vm.standalone

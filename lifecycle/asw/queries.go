@@ -29,6 +29,8 @@ type Volume struct {
 	External bool
 	// Reconstructed marks a stage state found at start-up and not proven since.
 	Reconstructed bool
+	// SELinuxContext is the context= the volume was staged with.
+	SELinuxContext string
 	// LastError is the volume's last error (attach, stage or unstage), nil if none.
 	LastError *Failure
 }
@@ -73,6 +75,7 @@ func (v *volumeEntry) copy(name volume.Name) Volume {
 		StagingPath:    v.stagingPath,
 		External:       v.external,
 		Reconstructed:  v.reconstructed,
+		SELinuxContext: v.seLinuxContext,
 		LastError:      copyFailure(v.lastErr),
 	}
 }

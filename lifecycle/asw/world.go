@@ -32,6 +32,9 @@ type StageOutcome struct {
 	// front endpoint, at a staging path it chose: the volume's stage is that
 	// caller's to tear down, never the reconciler's.
 	External bool
+	// SELinuxContext is the context= the volume was staged with; recorded
+	// with State Staged.
+	SELinuxContext string
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -80,6 +83,7 @@ type volumeEntry struct {
 	stagingPath    string
 	external       bool
 	reconstructed  bool
+	seLinuxContext string
 	lastErr        *Failure
 	pods           map[types.UID]*podEntry
 }
@@ -170,6 +174,7 @@ func (w *World) RecordStage(name volume.Name, id volume.ID, o StageOutcome) {
 	}
 	if o.State == volume.Staged {
 		v.reconstructed = false
+		v.seLinuxContext = o.SELinuxContext
 	}
 	v.lastErr = w.failure(o.Step, o.Err)
 }

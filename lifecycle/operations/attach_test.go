@@ -2,10 +2,10 @@ package operations
 
 import (
 	"errors"
-	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"strings"
 	"testing"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 

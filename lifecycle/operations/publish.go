@@ -83,6 +83,12 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		if !ok || v.Stage != volume.Staged {
 			return s.fail(fmt.Errorf("%w: %s", volume.ErrNotStaged, key.Volume))
 		}
+		if v.SELinuxContext != src.SELinuxContext {
+			// One mount, one context: the volume is staged again once the
+			// pods of the other context are gone.
+			return s.fail(fmt.Errorf("%w: %s is staged with SELinux context %q, the pod needs %q",
+				volume.ErrInUse, key.Volume, v.SELinuxContext, src.SELinuxContext))
+		}
 		stagingPath = v.StagingPath
 	}
 	publishContext, err := o.publishContext(key.Volume, src, pol.AttachRequired)
@@ -122,14 +128,15 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		defer release()
 		afterStep = volume.StepApplyAccessControl
 		after = func() (*volume.Presentation, error) {
-			return &volume.Presentation{}, o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv)
+			return nil, o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv)
 		}
 	}
 	return s.run(ctx, publishPlan{
-		after:     after,
-		afterStep: afterStep,
-		client:    client,
-		site:      publishingSite{Publishing: pub},
+		presentation: volume.Presentation{SELinuxContext: src.SELinuxContext},
+		after:        after,
+		afterStep:    afterStep,
+		client:       client,
+		site:         publishingSite{Publishing: pub},
 		record: checkpoint.PublishRecord{
 			SpecVolID:           pv.PublishName(src),
 			VolumeHandle:        src.Handle,
@@ -141,6 +148,7 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 			PodUID:              key.Pod,
 			AccessType:          src.AccessType,
 			TargetPath:          pub.Target,
+			SELinuxMountContext: src.SELinuxContext,
 		},
 		req: &csi.NodePublishVolumeRequest{
 			VolumeId:          src.Handle,
@@ -320,6 +328,9 @@ type publishPlan struct {
 	after func() (*volume.Presentation, error)
 	// afterStep is the step after's errors are recorded under.
 	afterStep volume.Step
+	// presentation is how the published volume is handed to the pod;
+	// after's answer, when it gives one, adds to it.
+	presentation volume.Presentation
 }
 
 // run writes the publish record (and, for the layout, the target's parent
@@ -344,13 +355,19 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 	rpcErr := p.client.NodePublishVolume(ctx, p.req)
 	step := volume.StepPublish
 	var presentation *volume.Presentation
+	if rpcErr == nil {
+		presentation = &p.presentation
+	}
 	if rpcErr == nil && p.after != nil {
 		// The volume is mounted: an error from here on is uncertain (the
 		// kubelet's UncertainProgressError), so the mount is torn down when
 		// the pod goes and the step is retried while it stays.
-		var err error
-		if presentation, err = p.after(); err != nil {
+		more, err := p.after()
+		switch {
+		case err != nil:
 			rpcErr, step, presentation = err, p.afterStep, nil
+		case more != nil && more.DevicePath != "":
+			presentation.DevicePath = more.DevicePath
 		}
 	}
 	next := afterPublish(s.prev.State, s.prev.Reconstructed, rpcErr)

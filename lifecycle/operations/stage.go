@@ -79,6 +79,8 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 			PVName:       src.PVName,
 			AccessType:   src.AccessType,
 			StagingPath:  st.Path,
+			// The kubelet records the context it mounted with here too.
+			SELinuxMountContext: src.SELinuxContext,
 		},
 	}
 	if caps.StageUnstage() {
@@ -288,7 +290,8 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 		return s.fail(err)
 	}
 	if p.req == nil {
-		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: p.site.Path, External: s.external})
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: p.site.Path,
+			External: s.external, SELinuxContext: p.record.SELinuxMountContext})
 		s.logger.V(2).Info("Driver has no stage step, volume counts as staged")
 		return nil
 	}
@@ -305,7 +308,8 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 		// The caller got the error; there is nothing to remember.
 		o.forgetVolume(s.name)
 	} else {
-		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: p.site.Path, External: s.external, Err: rpcErr})
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: p.site.Path,
+			External: s.external, SELinuxContext: p.record.SELinuxMountContext, Err: rpcErr})
 	}
 	if rpcErr != nil {
 		s.logger.V(2).Info("NodeStageVolume failed", "state", next, "err", rpcErr)

@@ -23,6 +23,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -59,6 +60,8 @@ type stackOptions struct {
 	// watchNode checks PVs' nodeAffinity against the Node object's labels
 	// (source.Node), as cluster mode does.
 	watchNode bool
+	// seLinux is the populator's SELinux translator; nil for none.
+	seLinux selinux.Translator
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -93,6 +96,7 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		RemoveTerminatingPods: o.removeTerminating,
 		Clock:                 o.clock,
 		Workers:               o.workers,
+		SELinux:               o.seLinux,
 	})
 	if err != nil {
 		t.Fatalf("populator.New: %v", err)

@@ -54,6 +54,10 @@ type DesiredState interface {
 	DeletePod(uid types.UID)
 	// Pod returns a pod's current desired state.
 	Pod(uid types.UID) (dsw.Pod, bool)
+	// VolumePods returns the pods that use a volume.
+	VolumePods(name volume.Name) []types.UID
+	// PodVolume returns one pod's use of a volume.
+	PodVolume(key volume.PodKey) (dsw.Use, bool)
 }
 
 // DriverPolicies tells how each CSI driver is configured (its CSIDriver

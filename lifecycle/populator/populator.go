@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 )
 
@@ -47,6 +48,10 @@ type Config struct {
 	// Node gives this node's labels, against which PersistentVolumes'
 	// nodeAffinity is checked; nil checks nothing (standalone mode).
 	Node NodeLabels
+	// SELinux turns the pods' SELinux options into the context their PVs
+	// are mounted with; nil mounts without one, as on a host without
+	// SELinux.
+	SELinux selinux.Translator
 }
 
 // Validate checks the required fields.

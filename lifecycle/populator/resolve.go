@@ -248,22 +248,32 @@ func (r *resolver) persistent(c *claimVolume) error {
 	case affinityErr != nil:
 		r.fail(c.spec, affinityErr)
 	default:
+		pol := r.p.cfg.Policies.Get(csi.Driver)
+		name := volume.PersistentName(csi.Driver, csi.VolumeHandle)
+		context, err := r.seLinuxContext(c.spec, pol)
+		if err == nil {
+			err = r.seLinuxConflict(name, pvName, context, pol)
+		}
+		if err != nil {
+			r.fail(c.spec, err)
+			return nil
+		}
 		src := volume.Source{
-			ID:            volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
-			AccessModes:   slices.Clone(pv.Spec.AccessModes),
-			FSType:        csi.FSType,
-			MountOptions:  slices.Clone(pv.Spec.MountOptions),
-			Attributes:    maps.Clone(csi.VolumeAttributes),
-			StageSecret:   secretRef(csi.NodeStageSecretRef),
-			PublishSecret: secretRef(csi.NodePublishSecretRef),
-			ExpandSecret:  secretRef(csi.NodeExpandSecretRef),
-			GID:           r.volumeGID(pv),
+			ID:             volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
+			AccessModes:    slices.Clone(pv.Spec.AccessModes),
+			FSType:         csi.FSType,
+			MountOptions:   slices.Clone(pv.Spec.MountOptions),
+			Attributes:     maps.Clone(csi.VolumeAttributes),
+			StageSecret:    secretRef(csi.NodeStageSecretRef),
+			PublishSecret:  secretRef(csi.NodePublishSecretRef),
+			ExpandSecret:   secretRef(csi.NodeExpandSecretRef),
+			GID:            r.volumeGID(pv),
+			SELinuxContext: context,
 		}
 		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 			src.CapacityBytes = q.Value()
 		}
-		name := volume.PersistentName(src.Driver, src.Handle)
-		if r.p.cfg.Policies.Get(src.Driver).AttachRequired {
+		if pol.AttachRequired {
 			r.refs.Attachments = append(r.refs.Attachments, source.Attachment{
 				Name:   volume.AttachmentName(src.Handle, src.Driver, r.p.cfg.NodeName),
 				Volume: name,

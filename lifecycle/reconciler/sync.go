@@ -39,6 +39,15 @@ func (r *Reconciler) syncVolume(ctx context.Context, name volume.Name) error {
 			return fmt.Errorf("wait for attach: %w", err)
 		}
 	}
+	if v.Stage == volume.Staged && v.SELinuxContext != src.SELinuxContext {
+		// Staged with another SELinux context (for pods that are gone):
+		// unstaged once no pod uses it, then staged for the new ones, as the
+		// kubelet unmounts the device first. Unpublishes enqueue the volume.
+		if err := r.cfg.Operations.Unstage(ctx, name); err != nil {
+			return fmt.Errorf("unstage to change the SELinux context: %w", err)
+		}
+		v, _ = r.cfg.Actual.Volume(name)
+	}
 	if v.Stage != volume.Staged {
 		if err := r.cfg.Operations.Stage(ctx, name, src, r.stageFSGroup(name)); err != nil {
 			r.recordFailure(name, volume.StepStage, err)

@@ -130,7 +130,8 @@ func reconstructStaged(ctx context.Context, layout paths.Layout, sv paths.Staged
 		proven = mountedBelow(ctx, staging.Path)
 	}
 	if proven {
-		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path})
+		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path,
+			SELinuxContext: rec.SELinuxMountContext})
 		res.ProvenStaged++
 	}
 	return nil

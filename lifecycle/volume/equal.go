@@ -19,6 +19,7 @@ func (s Source) Equal(o Source) bool {
 		secretRefEqual(s.PublishSecret, o.PublishSecret) &&
 		secretRefEqual(s.ExpandSecret, o.ExpandSecret) &&
 		s.CapacityBytes == o.CapacityBytes &&
+		s.SELinuxContext == o.SELinuxContext &&
 		int64PtrEqual(s.GID, o.GID)
 }
 

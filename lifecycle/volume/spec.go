@@ -67,6 +67,11 @@ type Source struct {
 	StageSecret, PublishSecret, ExpandSecret *SecretRef
 	// CapacityBytes is the PV's spec.capacity, for in-use expansion; 0 if unknown.
 	CapacityBytes int64
+	// SELinuxContext is the SELinux label the volume is mounted with
+	// (-o context=..., at stage and publish), agreed by every pod that uses
+	// it; empty mounts without one. Only PVs of drivers whose CSIDriver has
+	// seLinuxMount get one, on SELinux hosts (see lifecycle/populator).
+	SELinuxContext string
 	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
 	// containers of every pod using the volume get as a supplemental group
 	// (the kubelet's GetExtraSupplementalGroupsForPod); nil when absent or

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
@@ -39,6 +40,8 @@ type agentOptions struct {
 	// backoff; 0 means 50ms and 1s, which keeps retries out of the tests'
 	// way.
 	RetryBaseDelay, RetryMaxDelay time.Duration
+	// SELinux is the agent's SELinux translator; nil asks the host.
+	SELinux selinux.Translator
 }
 
 // agent is csi-volmgr run in the test process: the volume manager the
@@ -106,6 +109,7 @@ func startAgent(t *testing.T, f *k8stest.Fixture, opts agentOptions) *agent {
 				ShutdownGrace: 5 * time.Second,
 			},
 			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
+			SELinux: opts.SELinux,
 		},
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -58,6 +59,11 @@ type Entry struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 	// PublishContext is the request's publish_context (NodeStageVolume, NodePublishVolume).
 	PublishContext map[string]string `json:"publishContext,omitempty"`
+	// MountFlags are the mount_flags of the request's volume_capability (NodeStageVolume,
+	// NodePublishVolume), e.g. the context="..." of an SELinux mount.
+	MountFlags []string `json:"mountFlags,omitempty"`
+	// AccessType is "mount" or "block", the access type of the request's volume_capability.
+	AccessType string `json:"accessType,omitempty"`
 	// Registered is NotifyRegistrationStatus.plugin_registered.
 	Registered *bool `json:"registered,omitempty"`
 	// Code is the gRPC code name of the result ("OK", "NotFound", ...) on end entries, and on fault
@@ -172,6 +178,16 @@ func describeCall(fullMethod string, req any) Entry {
 	}
 	if r, ok := req.(interface{ GetPublishContext() map[string]string }); ok {
 		e.PublishContext = r.GetPublishContext()
+	}
+	if r, ok := req.(interface{ GetVolumeCapability() *csi.VolumeCapability }); ok && r.GetVolumeCapability() != nil {
+		c := r.GetVolumeCapability()
+		e.MountFlags = c.GetMount().GetMountFlags()
+		switch {
+		case c.GetMount() != nil:
+			e.AccessType = "mount"
+		case c.GetBlock() != nil:
+			e.AccessType = "block"
+		}
 	}
 	if r, ok := req.(*registerapi.RegistrationStatus); ok {
 		registered := r.GetPluginRegistered()
