@@ -104,16 +104,22 @@ func podVolumeNames(pod *corev1.Pod) (mounts, devices sets.Set[string]) {
 			devices.Insert(d.Name)
 		}
 	}
+	visitContainers(pod, add)
+	return mounts, devices
+}
+
+// visitContainers calls fn with every init, regular and ephemeral
+// container of the pod.
+func visitContainers(pod *corev1.Pod, fn func(*corev1.Container)) {
 	for i := range pod.Spec.InitContainers {
-		add(&pod.Spec.InitContainers[i])
+		fn(&pod.Spec.InitContainers[i])
 	}
 	for i := range pod.Spec.Containers {
-		add(&pod.Spec.Containers[i])
+		fn(&pod.Spec.Containers[i])
 	}
 	for i := range pod.Spec.EphemeralContainers {
-		add((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
+		fn((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
 	}
-	return mounts, devices
 }
 
 // resolve resolves every used volume. It returns an error only for

@@ -91,14 +91,6 @@ func containerSELinuxOptions(pod *corev1.Pod, spec string) []*corev1.SELinuxOpti
 			out = append(out, opts)
 		}
 	}
-	for i := range pod.Spec.InitContainers {
-		visit(&pod.Spec.InitContainers[i])
-	}
-	for i := range pod.Spec.Containers {
-		visit(&pod.Spec.Containers[i])
-	}
-	for i := range pod.Spec.EphemeralContainers {
-		visit((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
-	}
+	visitContainers(pod, visit)
 	return out
 }

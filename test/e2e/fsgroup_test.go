@@ -29,14 +29,21 @@ const (
 // given fsGroupChangePolicy, mounting the claim at /data.
 func createSecurePod(t *testing.T, f *k8stest.Fixture, name, claimName string, policy corev1.PodFSGroupChangePolicy) *corev1.Pod {
 	t.Helper()
+	return createClaimPod(t, f, name, claimName, &corev1.PodSecurityContext{
+		RunAsUser: ptr.To[int64](podUser), RunAsGroup: ptr.To[int64](podGroup), RunAsNonRoot: ptr.To(true),
+		FSGroup: ptr.To[int64](fsGroup), FSGroupChangePolicy: &policy,
+	})
+}
+
+// createClaimPod creates a pod with the security context whose container
+// mounts the claim at /data.
+func createClaimPod(t *testing.T, f *k8stest.Fixture, name, claimName string, sc *corev1.PodSecurityContext) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace},
 		Spec: corev1.PodSpec{
-			NodeName: f.NodeName,
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser: ptr.To[int64](podUser), RunAsGroup: ptr.To[int64](podGroup), RunAsNonRoot: ptr.To(true),
-				FSGroup: ptr.To[int64](fsGroup), FSGroupChangePolicy: &policy,
-			},
+			NodeName:        f.NodeName,
+			SecurityContext: sc,
 			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{

@@ -41,22 +41,7 @@ func createSELinuxCSIDriver(t *testing.T, f *k8stest.Fixture, driver string) {
 // level, mounting the claim.
 func createLabeledPod(t *testing.T, f *k8stest.Fixture, name, claimName, level string) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace},
-		Spec: corev1.PodSpec{
-			NodeName:        f.NodeName,
-			SecurityContext: &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: level}},
-			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
-				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}},
-		},
-	}
-	created, err := f.Client.CoreV1().Pods(f.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating pod %s: %v", name, err)
-	}
-	return created
+	return createClaimPod(t, f, name, claimName, &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: level}})
 }
 
 // TestSELinuxMountContext stands for an SELinux host (the test machine
