@@ -229,6 +229,10 @@ func (r *resolver) persistent(c *claimVolume) error {
 	case err != nil:
 		return fmt.Errorf("reading PV %s: %w", pvName, err)
 	}
+	if pv, err = r.translateInTree(pv); err != nil {
+		r.fail(c.spec, err)
+		return nil
+	}
 	csi := pv.Spec.CSI
 	affinityErr := r.nodeAffinity(pv)
 	accessType := volume.Filesystem
