@@ -64,6 +64,9 @@ type Entry struct {
 	MountFlags []string `json:"mountFlags,omitempty"`
 	// AccessType is "mount" or "block", the access type of the request's volume_capability.
 	AccessType string `json:"accessType,omitempty"`
+	// VolumeContext is the request's volume_context (NodePublishVolume), service account tokens
+	// included: the journal is test data, read by tests that check where such values must not go.
+	VolumeContext map[string]string `json:"volumeContext,omitempty"`
 	// Registered is NotifyRegistrationStatus.plugin_registered.
 	Registered *bool `json:"registered,omitempty"`
 	// Code is the gRPC code name of the result ("OK", "NotFound", ...) on end entries, and on fault
@@ -178,6 +181,9 @@ func describeCall(fullMethod string, req any) Entry {
 	}
 	if r, ok := req.(interface{ GetPublishContext() map[string]string }); ok {
 		e.PublishContext = r.GetPublishContext()
+	}
+	if r, ok := req.(*csi.NodePublishVolumeRequest); ok {
+		e.VolumeContext = r.GetVolumeContext()
 	}
 	if r, ok := req.(interface{ GetVolumeCapability() *csi.VolumeCapability }); ok && r.GetVolumeCapability() != nil {
 		c := r.GetVolumeCapability()
