@@ -41,9 +41,14 @@ import (
 // Publishes of different pods of a volume run in parallel; a
 // ReadWriteOncePod volume's publishes run one at a time (see locks).
 //
-// After a successful NodePublishVolume, the volume's files are given to the
-// pod's fsGroup when the driver cannot do it (see ownershipNeeded and
-// changeOwnership); Interrupt stops that for a pod that went.
+// A filesystem volume with an SELinux context is published with
+// context="..." among its mount flags, and refused while the volume is
+// staged with another context. After a successful NodePublishVolume, a
+// block volume is mapped in the kubelet's layout (block.go), and a
+// filesystem volume's files are given to the pod's fsGroup when the driver
+// cannot do it (fsgroup.go; Interrupt stops that for a pod that went). The
+// actual state records how the volume is presented to the pod (device
+// path, SELinux context).
 func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.Source, pv volume.PodVolume) (err error) {
 	rwop := isReadWriteOncePod(src.AccessModes)
 	unlock, err := o.locks.lockPod(ctx, key, rwop)
@@ -111,28 +116,21 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	if err != nil {
 		return s.fail(err)
 	}
-	var after func() (*volume.Presentation, error)
+	var after func() error
 	afterStep := volume.StepPublish
 	switch {
 	case src.AccessType == volume.Block:
-		after = func() (*volume.Presentation, error) {
-			if err := o.mapBlock(pub); err != nil {
-				return nil, err
-			}
-			return &volume.Presentation{DevicePath: pub.DeviceLink}, nil
-		}
+		after = func() error { return o.mapBlock(pub) }
 	case ownershipNeeded(src, pv, pol, caps):
 		// Registered before the call, so that a pod deleted meanwhile
 		// interrupts the change before it starts.
 		walkCtx, release := o.owners.register(ctx, key)
 		defer release()
 		afterStep = volume.StepApplyAccessControl
-		after = func() (*volume.Presentation, error) {
-			return nil, o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv)
-		}
+		after = func() error { return o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv) }
 	}
 	return s.run(ctx, publishPlan{
-		presentation: volume.Presentation{SELinuxContext: src.SELinuxContext},
+		presentation: volume.Presentation{DevicePath: pub.DeviceLink, SELinuxContext: src.SELinuxContext},
 		after:        after,
 		afterStep:    afterStep,
 		client:       client,
@@ -323,13 +321,13 @@ type publishPlan struct {
 	// req is sent to the driver.
 	req *csi.NodePublishVolumeRequest
 	// after, if set, runs once NodePublishVolume succeeded: the block map,
-	// or the fsGroup ownership change. It says how the volume is presented
-	// to the pod; its error leaves the publish uncertain.
-	after func() (*volume.Presentation, error)
+	// or the fsGroup ownership change. Its error leaves the publish
+	// uncertain.
+	after func() error
 	// afterStep is the step after's errors are recorded under.
 	afterStep volume.Step
-	// presentation is how the published volume is handed to the pod;
-	// after's answer, when it gives one, adds to it.
+	// presentation is how the published volume is handed to the pod,
+	// recorded once the publish (and after) succeeded.
 	presentation volume.Presentation
 }
 
@@ -354,21 +352,17 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 
 	rpcErr := p.client.NodePublishVolume(ctx, p.req)
 	step := volume.StepPublish
-	var presentation *volume.Presentation
-	if rpcErr == nil {
-		presentation = &p.presentation
-	}
 	if rpcErr == nil && p.after != nil {
 		// The volume is mounted: an error from here on is uncertain (the
 		// kubelet's UncertainProgressError), so the mount is torn down when
 		// the pod goes and the step is retried while it stays.
-		more, err := p.after()
-		switch {
-		case err != nil:
-			rpcErr, step, presentation = err, p.afterStep, nil
-		case more != nil && more.DevicePath != "":
-			presentation.DevicePath = more.DevicePath
+		if err := p.after(); err != nil {
+			rpcErr, step = err, p.afterStep
 		}
+	}
+	var presentation *volume.Presentation
+	if rpcErr == nil {
+		presentation = &p.presentation
 	}
 	next := afterPublish(s.prev.State, s.prev.Reconstructed, rpcErr)
 	if next == volume.NotPublished {
