@@ -124,8 +124,9 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 	if p, _ := r.cfg.Actual.Pod(key); p.State == volume.Published {
 		return nil
 	}
-	if v, _ := r.cfg.Actual.Volume(key.Volume); v.Stage != volume.Staged && !use.Source.Inline {
-		// The volume queue stages it and hands this key back.
+	if v, _ := r.cfg.Actual.Volume(key.Volume); (v.Stage != volume.Staged || v.SELinuxContext != use.Source.SELinuxContext) && !use.Source.Inline {
+		// The volume queue stages it (again, with this pod's SELinux
+		// context) and hands this key back.
 		r.volumes.Add(key.Volume)
 		return nil
 	}
