@@ -76,26 +76,6 @@ func writeAsPod(dir, name string) error {
 	return nil
 }
 
-// counter returns the value of the lifecycle counter name with the labels.
-func (a *agent) counter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := a.VM.Metrics().Gather()
-	if err != nil {
-		t.Fatalf("gathering metrics: %v", err)
-	}
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelsMatch(m.GetLabel(), labels) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
 // TestFSGroupWithoutVolumeMountGroup is the everyday case of EBS, Ceph RBD
 // and most block-backed drivers: no VOLUME_MOUNT_GROUP, a fresh volume
 // whose root only root may write, a non-root pod with fsGroup. The agent

@@ -209,9 +209,24 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
-// gauge returns the value of the lifecycle metric name with the given
+// gauge returns the value of the lifecycle gauge name with the given
 // labels, and whether the series exists.
 func (a *agent) gauge(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	m := a.metric(t, name, labels)
+	return m.GetGauge().GetValue(), m != nil
+}
+
+// counter returns the value of the lifecycle counter name with the given
+// labels, 0 when the series does not exist.
+func (a *agent) counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	return a.metric(t, name, labels).GetCounter().GetValue()
+}
+
+// metric returns the series of the lifecycle metric name with the given
+// labels, nil when there is none.
+func (a *agent) metric(t *testing.T, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	families, err := a.VM.Metrics().Gather()
 	if err != nil {
@@ -223,11 +238,11 @@ func (a *agent) gauge(t *testing.T, name string, labels map[string]string) (floa
 		}
 		for _, m := range mf.GetMetric() {
 			if labelsMatch(m.GetLabel(), labels) {
-				return m.GetGauge().GetValue(), true
+				return m
 			}
 		}
 	}
-	return 0, false
+	return nil
 }
 
 func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {
