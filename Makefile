@@ -56,7 +56,7 @@ $(GOLANGCI_LINT):
 ##@ Verify and test
 
 .PHONY: test
-test: fmt-check vet lint k8s-bins test-unit test-sanity ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity.
+test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code.
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-clean.
@@ -85,6 +85,13 @@ test-sanity: ## csi-sanity against the CSI test plugin (and csi-volmgr's front);
 .PHONY: bench
 bench: k8s-bins ## Benchmarks (figures the issues ask for).
 	$(GO) test -p 1 -timeout=60m -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(GO_PKGS)
+	cd test/kubelet && $(GO) test -timeout=30m -run='^$$' -bench=. -benchtime=$(BENCHTIME) ./fsgroup/
+
+# test/kubelet is the separate module that runs the kubelet's own code
+# (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
+.PHONY: test-kubelet-fsgroup
+test-kubelet-fsgroup: ## The fsGroup ownership change against the kubelet's own code, file by file (module test/kubelet).
+	cd test/kubelet && $(GO) vet ./fsgroup/ && $(GO) test $(TESTFLAGS) ./fsgroup/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each.

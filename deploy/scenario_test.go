@@ -79,7 +79,7 @@ func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants
 	t.Helper()
 	f := env.NewFixture(t)
 	sa := corev1.ObjectReference{Namespace: f.Namespace, Name: agentName}
-	installGrants(t, env, grants, f.Namespace, sa.Namespace, sa.Name)
+	installGrants(t, env, inNamespace(grants, f.Namespace), f.Namespace, sa.Namespace, sa.Name)
 	s := &scenario{
 		t: t, env: env, f: f,
 		User:   env.ImpersonateServiceAccount(sa.Namespace, sa.Name).Impersonate.UserName,

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/expand"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
@@ -24,6 +23,7 @@ import (
 // deletion of pods whose volumes are torn down.
 type clusterMode struct {
 	src    *source.Source
+	node   *source.Node
 	conds  *status.PodConditions
 	events *status.Events
 	inUse  *status.VolumesInUse
@@ -31,9 +31,6 @@ type clusterMode struct {
 	// fin is nil without CompletePodDeletion.
 	fin *podfinalizer.Finalizer
 	in  inputs
-	// client and nodeName watch the Node.
-	client   kubernetes.Interface
-	nodeName string
 }
 
 func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
@@ -42,7 +39,11 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, fmt.Errorf("start sources: %w", err)
 	}
-	c := &clusterMode{src: src, client: client, nodeName: m.cfg.NodeName}
+	node, err := source.NewNode(client, m.cfg.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterMode{src: src, node: node}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
 		Client: client, Queue: queues,
 		CachedPod: func(namespace, name string) *corev1.Pod {
@@ -82,6 +83,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	}
 	c.in = inputs{
 		source:      src,
+		node:        node,
 		attachments: src.Attachments(),
 		secrets:     source.NewSecrets(client),
 		tokens:      newCachedTokens(tokenRequester{client: client}, m.cfg.Changes.TokenClock),
@@ -102,11 +104,12 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	c.src.OnAttachmentChange(rec.AttachmentChanged)
 	// A pod's or the Node's next change restores what others overwrote.
 	c.src.OnPodChange(c.conds.Recheck)
+	c.node.OnUpdate(c.inUse.NodeChanged)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.Run(ctx) })
+	wg.Go(func() { c.node.Run(ctx) })
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
-	wg.Go(func() { source.WatchNode(ctx, c.client, c.nodeName, c.inUse.NodeChanged) })
 	wg.Go(func() { c.expand.Run(ctx, 2) })
 	if c.fin != nil {
 		wg.Go(func() { c.fin.Run(ctx) })

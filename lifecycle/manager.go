@@ -24,6 +24,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/republish"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
@@ -104,6 +105,9 @@ type Config struct {
 	// AttachLimits, when set, is told of attaches that failed for the
 	// node's volume limit (cluster mode).
 	AttachLimits AttachLimits
+	// SELinux turns pods' SELinux options into the context= their PVs are
+	// mounted with; nil asks the host (selinux.Host).
+	SELinux selinux.Translator
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.
@@ -181,6 +185,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	ownership, err := metrics.NewOwnership(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
 	if cfg.Standalone != nil {
 		m.mode, err = newStandaloneMode(ctx, m)
@@ -191,10 +199,15 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	in := m.mode.inputs()
+	var seLinux selinux.Translator = selinux.Host{}
+	if cfg.SELinux != nil {
+		seLinux = cfg.SELinux
+	}
 	if m.pop, err = populator.New(populator.Config{
 		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
+		Node:                     in.node, SELinux: seLinux,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -208,6 +221,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Tokens:      in.tokens,
 		Mounts:      m.mounter,
 		Observer:    met,
+		Ownership:   ownership,
+		// The reconciler exists by the time a publish reports progress.
+		OnProgress: func(key volume.PodKey) { m.rec.PodStatusChanged(key.Pod) },
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -236,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	m.desire.Subscribe(m.rec.DesiredStateHandler())
+	m.desire.Subscribe(dsw.Handler{PodVolume: m.interruptUnwanted})
 	cfg.Policies.OnChange(m.rec.PolicyChanged)
 	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
 	return m, nil
@@ -319,6 +336,15 @@ func (m *Manager) volumeInUse(name volume.Name) bool {
 	}
 	_, held := m.world.Volume(name)
 	return held
+}
+
+// interruptUnwanted interrupts the fsGroup ownership change of a pod's
+// volume that the pod no longer wants (it was deleted): its unpublish need
+// not wait for the walk.
+func (m *Manager) interruptUnwanted(key volume.PodKey) {
+	if _, wanted := m.desire.PodVolume(key); !wanted {
+		m.ops.Interrupt(key)
+	}
 }
 
 // registered adapts Drivers to the reconciler's.

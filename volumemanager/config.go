@@ -12,6 +12,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 )
 
 // Config is what a runtime decides when it embeds the volume manager; the
@@ -103,6 +104,11 @@ type Tuning struct {
 	// to a manifest file before reading it; 0 means the manifests
 	// source's default.
 	ManifestsDebounce time.Duration
+	// SELinux turns pods' SELinux options into the context= their volumes
+	// are mounted with; nil asks the host's policy (on a host without
+	// SELinux no volume gets a context). selinux.Defaults stands for an
+	// SELinux host in tests.
+	SELinux selinux.Translator
 }
 
 // validate checks c and fills its derived defaults. Every error about one

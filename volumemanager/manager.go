@@ -98,6 +98,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,
+		SELinux:               cfg.Tuning.SELinux,
 	}
 	if vm.standalone != nil {
 		lcfg.Standalone = vm.standalone

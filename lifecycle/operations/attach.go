@@ -86,8 +86,14 @@ func (o *Operations) attachment(vaName string) (map[string]string, error) {
 
 // publishContext returns the publish_context for staging or publishing a
 // volume of src: nil for inline volumes and drivers without attach,
-// otherwise the attachmentMetadata WaitForAttach recorded, or an error
-// wrapping volume.ErrNotAttached when it has not found the volume attached.
+// otherwise the attachmentMetadata of the VolumeAttachment as it is now.
+// The VolumeAttachment is read again (from the cache) for every stage and
+// publish, as the kubelet's csi_attacher.go MountDevice and csi_mounter.go
+// SetUpAt read it again: an attacher may update attachmentMetadata (a new
+// device path after a re-attach), and a step must not send what an earlier
+// WaitForAttach saw. WaitForAttach must have found the volume attached
+// first; the error wraps volume.ErrNotAttached otherwise, or when the
+// VolumeAttachment is no longer attached.
 func (o *Operations) publishContext(name volume.Name, src volume.Source, attachRequired bool) (map[string]string, error) {
 	if src.Inline || !attachRequired {
 		return nil, nil
@@ -96,7 +102,7 @@ func (o *Operations) publishContext(name volume.Name, src volume.Source, attachR
 	if !ok || !v.Attached {
 		return nil, fmt.Errorf("%w: %s (wait for attach first)", volume.ErrNotAttached, name)
 	}
-	return v.PublishContext, nil
+	return o.attachment(volume.AttachmentName(src.Handle, src.Driver, o.nodeName))
 }
 
 // isAttachLimitError says whether an attach error is the driver's

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -81,5 +82,45 @@ func TestWaitForAttachOfInlineVolumeRecordsNothing(t *testing.T) {
 	}
 	if _, ok := h.world.Volume(name); ok {
 		t.Error("an inline volume was recorded as attached")
+	}
+}
+
+// TestPublishContextIsReadForEachStep: the publish_context of stage and
+// publish is the VolumeAttachment's attachmentMetadata at the time of the
+// step, not what the first WaitForAttach saw (the kubelet reads the
+// VolumeAttachment again in MountDevice and SetUpAt).
+func TestPublishContextIsReadForEachStep(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	src := pvSource()
+	name := volume.PersistentName(src.Driver, src.Handle)
+	ctx := testContext(t)
+	h.vas.set(attached(src, map[string]string{"devicePath": "/dev/old"}))
+	if err := h.ops.WaitForAttach(ctx, name, src); err != nil {
+		t.Fatal(err)
+	}
+	h.vas.set(attached(src, map[string]string{"devicePath": "/dev/stage"}))
+	if err := h.ops.Stage(ctx, name, src, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.vas.set(attached(src, map[string]string{"devicePath": "/dev/publish"}))
+	if err := h.ops.Publish(ctx, keyOf(src, "uid-a"), src, podVolume("uid-a", "pod-a")); err != nil {
+		t.Fatal(err)
+	}
+	stage := requests[*csi.NodeStageVolumeRequest](h, "NodeStageVolume")
+	publish := requests[*csi.NodePublishVolumeRequest](h, "NodePublishVolume")
+	if len(stage) != 1 || len(publish) != 1 {
+		t.Fatalf("got %d stage and %d publish requests, want one each", len(stage), len(publish))
+	}
+	if got := stage[0].GetPublishContext()["devicePath"]; got != "/dev/stage" {
+		t.Errorf("NodeStageVolume publish_context devicePath = %q, want the VolumeAttachment's at stage time /dev/stage", got)
+	}
+	if got := publish[0].GetPublishContext()["devicePath"]; got != "/dev/publish" {
+		t.Errorf("NodePublishVolume publish_context devicePath = %q, want the VolumeAttachment's at publish time /dev/publish", got)
+	}
+
+	// A VolumeAttachment that is no longer attached stops the next step.
+	h.vas.set(&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: volume.AttachmentName(src.Handle, src.Driver, testNode)}})
+	if err := h.ops.Publish(ctx, keyOf(src, "uid-b"), src, podVolume("uid-b", "pod-b")); !errors.Is(err, volume.ErrNotAttached) {
+		t.Errorf("Publish with the VolumeAttachment detached = %v, want %v", err, volume.ErrNotAttached)
 	}
 }

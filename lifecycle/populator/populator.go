@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 )
 
@@ -49,6 +50,13 @@ type Config struct {
 	Workers int
 	// Clock stamps when pods are first seen; nil means the real clock.
 	Clock clock.PassiveClock
+	// Node gives this node's labels, against which PersistentVolumes'
+	// nodeAffinity is checked; nil checks nothing (standalone mode).
+	Node NodeLabels
+	// SELinux turns the pods' SELinux options into the context their PVs
+	// are mounted with; nil mounts without one, as on a host without
+	// SELinux.
+	SELinux selinux.Translator
 }
 
 // Validate checks the required fields.
@@ -118,6 +126,9 @@ func New(cfg Config) (*Populator, error) {
 	}
 	cfg.Source.OnPodChange(p.podChanged)
 	cfg.Policies.OnChange(p.driverChanged)
+	if cfg.Node != nil {
+		cfg.Node.OnChange(func() { p.driverChanged("") })
+	}
 	return p, nil
 }
 
@@ -132,7 +143,11 @@ func (p *Populator) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	logger.V(2).Info("Waiting for sources to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced) {
+	synced := []cache.InformerSynced{p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced}
+	if p.cfg.Node != nil {
+		synced = append(synced, p.cfg.Node.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return fmt.Errorf("populator: caches did not sync: %w", context.Cause(ctx))
 	}
 	pods := p.cfg.Source.Pods()
@@ -185,8 +200,8 @@ func (p *Populator) podChanged(uid types.UID) {
 	p.queue.Add(uid)
 }
 
-// driverChanged re-resolves every pod when a driver's policy changes; such
-// changes are rare and resolving is cheap.
+// driverChanged re-resolves every pod when a driver's policy (or the node's
+// labels) changes; such changes are rare and resolving is cheap.
 func (p *Populator) driverChanged(string) {
 	for _, pod := range p.cfg.Source.Pods() {
 		p.queue.Add(pod.UID)
@@ -233,6 +248,14 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		return nil
 	}
 	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "podUID", uid)
+	if p.terminating(pod) {
+		// As the kubelet's findAndAddNewPods, which skips pods whose
+		// containers are terminating: a pod marked for deletion gets no
+		// volume it does not have yet, and keeps those it has until it is
+		// deleted or terminal.
+		logger.V(4).Info("Pod is marked for deletion; its desired volumes are kept as they are")
+		return nil
+	}
 
 	var previous []dsw.Use
 	if cur, ok := p.cfg.DesiredState.Pod(uid); ok {
@@ -272,6 +295,20 @@ func (p *Populator) leaving(pod *corev1.Pod) bool {
 		return leaves
 	}
 	return p.cfg.RemoveTerminatingPods && pod.DeletionTimestamp != nil
+}
+
+// terminating tells whether the pod is marked for deletion and was not
+// known when the sources synced. Pods known then are resolved once whatever
+// their state, as the kubelet adds the volumes of terminating pods on its
+// first pass after a restart: their containers may still run.
+func (p *Populator) terminating(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, initial := p.initial[pod.UID]
+	return !initial
 }
 
 func (p *Populator) firstSeenOf(uid types.UID) time.Time {

@@ -29,6 +29,16 @@ func (r *Reconciler) syncVolume(ctx context.Context, name volume.Name) error {
 		return nil
 	}
 	v, _ := r.cfg.Actual.Volume(name)
+	if v.Stage == volume.Staged && v.SELinuxContext != src.SELinuxContext {
+		// Staged with another SELinux context (for pods that are gone):
+		// unstaged once no pod uses it, then attach is checked again and the
+		// volume staged for the new pods, as the kubelet unmounts the device
+		// first. Unpublishes enqueue the volume.
+		if err := r.cfg.Operations.Unstage(ctx, name); err != nil {
+			return fmt.Errorf("unstage to change the SELinux context: %w", err)
+		}
+		v, _ = r.cfg.Actual.Volume(name)
+	}
 	if !v.Attached {
 		if r.mustWaitForInUse(name, src) {
 			// Reported enqueues the volume once the Node says it is in use.
@@ -115,8 +125,9 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 	if p, _ := r.cfg.Actual.Pod(key); p.State == volume.Published {
 		return nil
 	}
-	if v, _ := r.cfg.Actual.Volume(key.Volume); v.Stage != volume.Staged && !use.Source.Inline {
-		// The volume queue stages it and hands this key back.
+	if v, _ := r.cfg.Actual.Volume(key.Volume); (v.Stage != volume.Staged || v.SELinuxContext != use.Source.SELinuxContext) && !use.Source.Inline {
+		// The volume queue stages it (again, with this pod's SELinux
+		// context) and hands this key back.
 		r.volumes.Add(key.Volume)
 		return nil
 	}

@@ -3,12 +3,15 @@ package reconstruct
 import (
 	"context"
 	"fmt"
+	"os"
 
+	"github.com/moby/sys/mountinfo"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -120,8 +123,15 @@ func reconstructStaged(ctx context.Context, layout paths.Layout, sv paths.Staged
 	}
 	st.AddReconstructedVolume(name, id, staging.Path)
 	res.Staged++
-	if intact(ctx, mounts, staging.Path) {
-		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path})
+	proven := intact(ctx, mounts, staging.Path)
+	if !proven && id.AccessType == volume.Block {
+		// A block volume's staging path is a directory the driver mounts
+		// its device (or whatever it needs) into.
+		proven = mountedBelow(ctx, staging.Path)
+	}
+	if proven {
+		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path,
+			SELinuxContext: rec.SELinuxMountContext})
 		res.ProvenStaged++
 	}
 	return nil
@@ -151,11 +161,50 @@ func reconstructPublished(ctx context.Context, pv paths.PodVolume, mounts Mounts
 	// The target comes from the layout, never from the record.
 	st.AddReconstructedPod(key, id, pv.Target)
 	res.Published++
-	if intact(ctx, mounts, pv.Target) {
-		st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: pv.Target})
+	proven := intact(ctx, mounts, pv.Target)
+	presented := volume.Presentation{SELinuxContext: rec.SELinuxMountContext}
+	if pv.AccessType == volume.Block {
+		// A block publish is proven only with its map in place; otherwise
+		// it is published (and mapped) again, or torn down.
+		proven = proven && blockMapped(pv.Publishing)
+		presented.DevicePath = pv.DeviceLink
+	}
+	if proven {
+		st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: pv.Target,
+			Presentation: &presented})
 		res.ProvenPublished++
 	}
 	return nil
+}
+
+// blockMapped says whether a block volume's map for one pod is in place:
+// the global map shows a device held open by a loop device, and the pod's
+// device links to the target.
+func blockMapped(pub paths.Publishing) bool {
+	fi, err := os.Lstat(pub.MapFile)
+	if err != nil || fi.Mode()&os.ModeDevice == 0 {
+		return false
+	}
+	if to, err := os.Readlink(pub.DeviceLink); err != nil || to != pub.Target {
+		return false
+	}
+	_, err = loopdev.Find(pub.MapFile)
+	return err == nil
+}
+
+// mountedBelow says whether anything is mounted below dir.
+func mountedBelow(ctx context.Context, dir string) bool {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Mount not proven intact", "path", dir, "err", err)
+		return false
+	}
+	for _, m := range mounts {
+		if m.Mountpoint != dir {
+			return true
+		}
+	}
+	return false
 }
 
 // intact says whether path is still a mount point. Any doubt (missing,

@@ -124,6 +124,9 @@ type Blocker struct {
 	// Err says why the step blocks; nil means the step is in progress. It
 	// is classified with errors.Is against the volume sentinel errors.
 	Err error
+	// Progress, with a nil Err, says how far the step in progress has come
+	// (e.g. the fsGroup ownership change of a large volume).
+	Progress string
 }
 
 // VolumeName is the name messages use for the volume: the PV name for
@@ -196,6 +199,8 @@ func (b Blocker) detail() string {
 	method := csiMethod(b.Step)
 	if b.Err == nil {
 		switch {
+		case b.Progress != "":
+			return b.Progress
 		case b.Step == volume.StepWaitForAttach:
 			return "waiting for the volume to be attached"
 		case method != "":

@@ -157,31 +157,10 @@ func TestDriverRestartRepairsBrokenMounts(t *testing.T) {
 		want float64
 	}{{"staging", 1}, {"target", 2}} {
 		labels := map[string]string{"driver": driver, "path": c.path}
-		if got, _ := a.counter(t, "csi_volmgr_mount_recoveries_total", labels); got != c.want {
+		if got := a.counter(t, "csi_volmgr_mount_recoveries_total", labels); got != c.want {
 			t.Errorf("csi_volmgr_mount_recoveries_total%v = %v, want %v", labels, got, c.want)
 		}
 	}
-}
-
-// counter returns the value of the lifecycle counter name with the given
-// labels, and whether the series exists.
-func (a *agent) counter(t *testing.T, name string, labels map[string]string) (float64, bool) {
-	t.Helper()
-	families, err := a.VM.Metrics().Gather()
-	if err != nil {
-		t.Fatalf("gathering metrics: %v", err)
-	}
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelsMatch(m.GetLabel(), labels) {
-				return m.GetCounter().GetValue(), true
-			}
-		}
-	}
-	return 0, false
 }
 
 // waitPodEvent waits for an Event of eventType and reason on the pod whose

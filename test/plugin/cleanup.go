@@ -11,6 +11,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // cleanupPasses bounds the unmount passes; each pass removes one layer of stacked mounts.
@@ -51,7 +53,7 @@ func CleanupMounts(stateDir string) error {
 		p := filepath.Join(volumesDir, e.Name())
 		if !e.IsDir() && strings.HasSuffix(e.Name(), ".img") {
 			images = append(images, p)
-			if p, err = findLoopDevice(p); err != nil {
+			if p, err = loopdev.Find(p); err != nil {
 				continue
 			}
 		}
@@ -86,7 +88,7 @@ func CleanupMounts(stateDir string) error {
 		}
 	}
 	for _, img := range images {
-		if err := detachLoopDevice(img); err != nil {
+		if err := loopdev.Detach(img); err != nil {
 			errs = append(errs, err)
 		}
 	}

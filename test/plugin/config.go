@@ -89,6 +89,11 @@ type Config struct {
 	ControlFile string
 	// JournalPath, when set, is the JSON-lines call journal (see the package documentation).
 	JournalPath string
+	// VolumeDirMode is the mode of a new filesystem volume's directory (owned by root); 0 means 0777,
+	// writable by any pod. 0755 stands for the drivers whose volumes are freshly made filesystems
+	// (EBS, Ceph RBD and most block-backed drivers: mkfs leaves the root directory root:root 0755),
+	// where a non-root pod can write only once its fsGroup was applied.
+	VolumeDirMode os.FileMode
 }
 
 // Validate fills defaults, normalizes paths and checks the configuration.
@@ -117,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("capacity %d is negative", c.Capacity))
+	}
+	if c.VolumeDirMode&^os.ModePerm != 0 {
+		errs = append(errs, fmt.Errorf("volume directory mode %#o has bits other than the permissions", c.VolumeDirMode))
 	}
 	if c.MaxVolumesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("max volumes per node %d is negative", c.MaxVolumesPerNode))

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // blockAlignment is the granularity of block volume sizes; loop devices need whole sectors.
@@ -82,7 +84,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if at == AccessBlock {
 		v.Path += ".img"
 	}
-	if err := createBacking(&v); err != nil {
+	if err := createBacking(&v, s.d.cfg.VolumeDirMode); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := s.d.store.create(v, s.d.cfg.Capacity); err != nil {
@@ -133,13 +135,16 @@ func (s *controllerServer) checkAccessibility(req *csi.TopologyRequirement) erro
 	return status.Errorf(codes.ResourceExhausted, "no requisite topology matches the node's topology %v", s.d.cfg.Topology)
 }
 
-func createBacking(v *Volume) error {
+func createBacking(v *Volume, dirMode os.FileMode) error {
 	if v.AccessType == AccessMount {
-		if err := os.Mkdir(v.Path, 0o777); err != nil {
+		if dirMode == 0 {
+			dirMode = 0o777 // writable by any pod
+		}
+		if err := os.Mkdir(v.Path, dirMode); err != nil {
 			return fmt.Errorf("create volume directory: %w", err)
 		}
-		// Mkdir honours the umask; volumes are meant to be writable by any pod.
-		if err := os.Chmod(v.Path, 0o777); err != nil {
+		// Mkdir honours the umask.
+		if err := os.Chmod(v.Path, dirMode); err != nil {
 			return fmt.Errorf("chmod volume directory: %w", err)
 		}
 		return nil
@@ -185,7 +190,7 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
 	}
 	if v.AccessType == AccessBlock {
-		if err := detachLoopDevice(v.Path); err != nil {
+		if err := loopdev.Detach(v.Path); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // PublishContextDevicePath is the publish_context key ControllerPublishVolume returns: the volume's
@@ -38,8 +40,8 @@ func (d *driver) volumeSource(v *Volume) (string, error) {
 	if v.AccessType == AccessMount {
 		return v.Path, nil
 	}
-	dev, err := findLoopDevice(v.Path)
-	if errors.Is(err, errNoLoopDevice) {
+	dev, err := loopdev.Find(v.Path)
+	if errors.Is(err, loopdev.ErrNotFound) {
 		return "", nil
 	}
 	return dev, err

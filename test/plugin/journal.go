@@ -68,6 +68,14 @@ type Entry struct {
 	// (csi.storage.k8s.io/serviceAccount.tokens, in volume_context or secrets): two calls with the
 	// same digest got the same tokens. The tokens themselves are never written.
 	TokensDigest string `json:"tokensDigest,omitempty"`
+	// MountFlags are the mount_flags of the request's volume_capability (NodeStageVolume,
+	// NodePublishVolume), e.g. the context="..." of an SELinux mount.
+	MountFlags []string `json:"mountFlags,omitempty"`
+	// AccessType is "mount" or "block", the access type of the request's volume_capability.
+	AccessType string `json:"accessType,omitempty"`
+	// VolumeContext is the request's volume_context (NodePublishVolume), service account tokens
+	// included: the journal is test data, read by tests that check where such values must not go.
+	VolumeContext map[string]string `json:"volumeContext,omitempty"`
 	// Registered is NotifyRegistrationStatus.plugin_registered.
 	Registered *bool `json:"registered,omitempty"`
 	// Code is the gRPC code name of the result ("OK", "NotFound", ...) on end entries, and on fault
@@ -198,6 +206,17 @@ func describeCall(fullMethod string, req any) Entry {
 		if found {
 			sum := sha256.Sum256([]byte(tokens))
 			e.TokensDigest = hex.EncodeToString(sum[:])
+		}
+		e.VolumeContext = r.GetVolumeContext()
+	}
+	if r, ok := req.(interface{ GetVolumeCapability() *csi.VolumeCapability }); ok && r.GetVolumeCapability() != nil {
+		c := r.GetVolumeCapability()
+		e.MountFlags = c.GetMount().GetMountFlags()
+		switch {
+		case c.GetMount() != nil:
+			e.AccessType = "mount"
+		case c.GetBlock() != nil:
+			e.AccessType = "block"
 		}
 	}
 	if r, ok := req.(*registerapi.RegistrationStatus); ok {

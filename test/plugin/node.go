@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // nodeServer answers the CSI Node service with real bind mounts and loop devices.
@@ -98,7 +100,7 @@ func (s *nodeServer) stage(logger klog.Logger, v *Volume, st Staging) error {
 		}
 		return ensureBindMount(logger, s.d.mounter, v.Path, st.Path, v.Path, false, bindOptions(false, st.MountFlags))
 	}
-	dev, err := attachLoopDevice(v.Path)
+	dev, err := loopdev.Attach(v.Path)
 	if err != nil {
 		return err
 	}
@@ -172,7 +174,7 @@ func (s *nodeServer) unstage(logger klog.Logger, v *Volume, path, source string,
 	if len(v.Published) > 0 {
 		return nil
 	}
-	return detachLoopDevice(v.Path)
+	return loopdev.Detach(v.Path)
 }
 
 // NodePublishVolume bind-mounts the volume at the target path: from the staging path when staging is
@@ -291,7 +293,7 @@ func (s *nodeServer) publish(logger klog.Logger, v *Volume, target string, p Pub
 	}
 
 	if p.StagingPath == "" {
-		dev, err := attachLoopDevice(v.Path)
+		dev, err := loopdev.Attach(v.Path)
 		if err != nil {
 			return err
 		}
@@ -353,7 +355,7 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	}
 	if v.AccessType == AccessBlock && v.Staged == nil && remaining == 0 {
 		// Without staging, the last unpublish releases the loop device that publish attached.
-		if err := detachLoopDevice(v.Path); err != nil {
+		if err := loopdev.Detach(v.Path); err != nil {
 			return nil, ioStatus(err)
 		}
 	}

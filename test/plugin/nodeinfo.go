@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // NodeGetInfo reports the node ID, the volume limit and the node's topology.
@@ -218,7 +220,7 @@ func (s *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		if err := os.Truncate(v.Path, required); err != nil {
 			return nil, status.Errorf(codes.Internal, "grow volume image: %v", err)
 		}
-		if err := refreshLoopCapacity(v.Path); err != nil {
+		if err := loopdev.RefreshCapacity(v.Path); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
