@@ -40,6 +40,12 @@ hash_of() {
 }
 
 have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
+# untag_others IMAGE: removes the other tags of IMAGE's repository, earlier
+# builds keyed by other inputs.
+untag_others() {
+	"$DOCKER" images --format '{{.Repository}}:{{.Tag}}' "${1%:*}" | grep -vxF "$1" |
+		xargs -r "$DOCKER" rmi >/dev/null 2>&1 || true
+}
 image_id() { "$DOCKER" image inspect -f '{{.Id}}' "$1"; }
 
 # --- Go programs ----------------------------------------------------------
@@ -215,7 +221,7 @@ base_image() {
 	runtime_binaries
 	local kind_src key
 	kind_src=$("$GO" mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-	key=$(hash_of "$HERE/versions.sh" "$HERE/base/Dockerfile" "$HERE/build.sh" "$(image_id "$DEBIAN_IMAGE")" \
+	key=$(hash_of "$HERE/versions.sh" "$HERE/base/Dockerfile" "$(image_id "$DEBIAN_IMAGE")" \
 		"$GOB/containerd-$CONTAINERD_VERSION" "$GOB/runc-$RUNC_VERSION" "$GOB/crictl-$CRICTL_VERSION" \
 		"$GOB/cni-plugins-$CNI_PLUGINS_VERSION")
 	BASE_IMAGE=csi-volmgr-kind/base:$key
@@ -231,23 +237,12 @@ base_image() {
 	find "$ctx/files" -type f -exec chmod 0644 {} +
 	find "$ctx/files" -type d -exec chmod 0755 {} +
 	chmod 0755 "$ctx"/files/usr/local/bin/* "$ctx"/files/kind/bin/*
-	# containerd's sandbox image: the pause image kubeadm v1.37 names, which
-	# we build, instead of kind's 3.10, which we do not.
-	sed -i "s|sandbox_image = \".*\"|sandbox_image = \"registry.k8s.io/pause:$PAUSE_VERSION\"|" \
-		"$ctx/files/etc/containerd/config.toml"
-	# Lowering an OOM score needs CAP_SYS_RESOURCE, which the machines lack
-	# (see deploy/kind/runc-bounded.sh): without this every pod sandbox
-	# fails ("failed to update /proc/self/oom_score_adj: Permission
-	# denied"). containerd then keeps the kubelet's scores at or above its
-	# own, as kind does for rootless nodes.
-	sed -i 's|restrict_oom_score_adj = false|restrict_oom_score_adj = true|' "$ctx/files/etc/containerd/config.toml"
-	grep -q "pause:$PAUSE_VERSION" "$ctx/files/etc/containerd/config.toml"
-	grep -q "restrict_oom_score_adj = true" "$ctx/files/etc/containerd/config.toml"
 	cp "$GOB/containerd-$CONTAINERD_VERSION"/{containerd,ctr,containerd-shim-runc-v2} "$ctx/bin/usr/local/bin/"
 	cp "$GOB/crictl-$CRICTL_VERSION/crictl" "$ctx/bin/usr/local/bin/"
 	cp "$GOB/runc-$RUNC_VERSION/runc" "$ctx/bin/usr/local/sbin/"
 	cp "$GOB/cni-plugins-$CNI_PLUGINS_VERSION"/{host-local,loopback,ptp,portmap} "$ctx/bin/opt/cni/bin/"
-	docker_build "$BASE_IMAGE-build" "$ctx" "$HERE/base/Dockerfile" --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE"
+	docker_build "$BASE_IMAGE-build" "$ctx" "$HERE/base/Dockerfile" --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE" \
+		--build-arg "PAUSE_IMAGE=registry.k8s.io/pause:$PAUSE_VERSION"
 	squash "$BASE_IMAGE-build" "$BASE_IMAGE-squashed" 'ENV container=docker' \
 		'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]'
 	# `docker import` of Docker 20.10 takes no STOPSIGNAL; a build adds it
@@ -255,6 +250,7 @@ base_image() {
 	printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\n' "$BASE_IMAGE-squashed" >"$ctx/Dockerfile.stopsignal"
 	docker_build "$BASE_IMAGE" "$OUT/stage/empty" "$ctx/Dockerfile.stopsignal"
 	"$DOCKER" rmi "$BASE_IMAGE-build" "$BASE_IMAGE-squashed" >/dev/null
+	untag_others "$BASE_IMAGE"
 }
 
 # tools_image: Debian with iptables, nftables and conntrack, for kube-proxy,
@@ -267,6 +263,7 @@ tools_image() {
 		log "building $TOOLS_IMAGE"
 		mkdir -p "$OUT/stage/empty"
 		docker_build "$TOOLS_IMAGE" "$OUT/stage/empty" "$HERE/tools.Dockerfile" --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE"
+		untag_others "$TOOLS_IMAGE"
 	fi
 }
 
@@ -342,7 +339,11 @@ archive() {
 		elif (contains("/")) then "docker.io/" + . else "docker.io/library/" + . end))' \
 		"$dir/repositories" >"$dir/repositories.full"
 	mv "$dir/repositories.full" "$dir/repositories"
-	(cd "$dir" && tar --numeric-owner -cf "$out" repositories $(ls -A | grep -vx repositories))
+	local entries=() e
+	for e in "$dir"/*; do
+		[[ "${e##*/}" == repositories ]] || entries+=("${e##*/}")
+	done
+	(cd "$dir" && tar --numeric-owner -cf "$out" repositories "${entries[@]}")
 }
 
 # server_tarball: what kind's `--type file` builder takes, laid out as a
@@ -386,7 +387,7 @@ node_image() {
 		"$KINDNETD_IMAGE" "$LOCAL_PATH_PROVISIONER_IMAGE" "$LOCAL_PATH_HELPER_IMAGE"; do
 		ids+=("$(image_id "$i")")
 	done
-	key=$(hash_of "$BASE_IMAGE" "${ids[@]}" "$K8S_OUT/kubeadm" "$K8S_OUT/kubelet" "$K8S_OUT/kubectl" "$HERE/build.sh")
+	key=$(hash_of "$BASE_IMAGE" "${ids[@]}" "$K8S_OUT/kubeadm" "$K8S_OUT/kubelet" "$K8S_OUT/kubectl")
 	if have_image "$KIND_NODE_IMAGE" && [[ "$(cat "$OUT/node-image.key" 2>/dev/null)" == "$KIND_NODE_IMAGE $key" ]]; then
 		log "$KIND_NODE_IMAGE is up to date"
 		return
