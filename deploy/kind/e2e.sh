@@ -89,10 +89,8 @@ on_host rm -f "$target/$PROBE"
 # VolumesReady is True, with the published path as its /data, and reports
 # the pod Running. Then this step waits for Ready and checks a file the
 # container wrote through its mount, as step 4 does for the kubelet's pod.
-# Until it exists nothing runs the container: the pod stays Pending.
-if [[ -n "${VIRTUAL_NODE_RUNTIME:-}" ]]; then
-	fail "VIRTUAL_NODE_RUNTIME=$VIRTUAL_NODE_RUNTIME: the runtime check is not written yet"
-fi
+# Until it exists nothing runs the container: the pod stays Pending, and
+# this run says so instead of claiming it.
 phase=$(k get pod "$POD" -o jsonpath='{.status.phase}')
 echo "pod $POD is $phase: no runtime serves $VIRTUAL_NODE yet (not checked: Running, the container's writes)"
 
