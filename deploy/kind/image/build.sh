@@ -9,8 +9,9 @@
 #
 # Every step is cached under OUT (default bin/kind) and in Docker, keyed by
 # its inputs, and skipped when they did not change; README.md in this folder
-# explains the steps. Needs: go, gcc, debootstrap, a running Docker engine
-# (deploy/kind/dockerd.sh start), root.
+# explains the steps. Needs: root, go, gcc, apt-get (it installs
+# debootstrap, jq and libseccomp-dev when missing), a running Docker engine
+# (deploy/kind/dockerd.sh start).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -47,6 +48,17 @@ untag_others() {
 		xargs -r "$DOCKER" rmi >/dev/null 2>&1 || true
 }
 image_id() { "$DOCKER" image inspect -f '{{.Id}}' "$1"; }
+
+# need FILE PACKAGE: installs Debian's PACKAGE unless FILE (a command or a
+# path) is there.
+need() {
+	if command -v "$1" >/dev/null || [[ -e "$1" ]]; then
+		return
+	fi
+	log "installing Debian's $2"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
 
 # --- Go programs ----------------------------------------------------------
 
@@ -132,11 +144,7 @@ runtime_binaries() {
 		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION"
 	# runc needs cgo (nsenter) and libseccomp (Debian's libseccomp-dev here,
 	# libseccomp2 on the node).
-	if ! [[ -f /usr/include/seccomp.h ]]; then
-		log "installing Debian's libseccomp-dev (runc's seccomp support)"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp-dev >/dev/null
-	fi
+	need /usr/include/seccomp.h libseccomp-dev
 	go_install "$GOB/runc-$RUNC_VERSION" CGO_ENABLED=1 -- -tags seccomp \
 		-ldflags "-X main.version=${RUNC_VERSION#v}" "github.com/opencontainers/runc@$RUNC_VERSION"
 	go_install "$GOB/crictl-$CRICTL_VERSION" CGO_ENABLED=0 -- -ldflags "-s -w" \
@@ -181,6 +189,7 @@ debian_image() {
 	fi
 	local dir=$OUT/rootfs/$DEBIAN_SUITE-minbase
 	if [[ ! -f "$dir.done" ]]; then
+		need debootstrap debootstrap
 		log "debootstrap --variant=minbase $DEBIAN_SUITE"
 		rm -rf "$dir"
 		mkdir -p "$(dirname "$dir")"
@@ -328,6 +337,7 @@ archive() {
 	local out=$1
 	shift
 	local dir=$OUT/stage/archive
+	need jq jq
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	"$DOCKER" save "$@" | tar -C "$dir" -x
