@@ -136,7 +136,15 @@ status=$(k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status)
 
 log "6. deleting the claims: the plugin deletes the volumes"
 "$KUBECTL" kustomize deploy/kind/example | k delete --ignore-not-found -f -
-gone() { k get pv "$1" 2>&1 | grep -q NotFound; }
+# gone PV: the API server answers that PV does not exist (no answer is not
+# "gone").
+gone() {
+	local out
+	if out=$(k get pv "$1" 2>&1); then
+		return 1
+	fi
+	grep -q NotFound <<<"$out"
+}
 wait_for "PV $pv to be deleted" 120 gone "$pv"
 wait_for "PV $kpv to be deleted" 120 gone "$kpv"
 ! on_host test -e "$VOLUMES/$handle" || fail "the plugin kept the volume $VOLUMES/$handle"
