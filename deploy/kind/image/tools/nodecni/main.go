@@ -49,13 +49,15 @@ func main() {
 	klog.InitFlags(nil)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	if err := run(ctx); err != nil {
-		klog.ErrorS(err, "nodecni failed")
+	logger := klog.Background().WithName("nodecni")
+	if err := run(klog.NewContext(ctx, logger)); err != nil {
+		logger.Error(err, "Failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 }
 
 func run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
 	hostIP := net.ParseIP(os.Getenv("HOST_IP"))
 	if hostIP == nil {
 		return fmt.Errorf("HOST_IP %q is not an IP address", os.Getenv("HOST_IP"))
@@ -88,7 +90,7 @@ func run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
 		return ctx.Err()
 	}
-	klog.InfoS("Watching nodes", "hostIP", hostIP)
+	logger.Info("Watching nodes", "hostIP", hostIP)
 	go func() {
 		<-ctx.Done()
 		queue.ShutDown()
@@ -101,12 +103,12 @@ func run(ctx context.Context) error {
 		node, err := nodes.Lister().Get(key)
 		switch {
 		case err == nil:
-			err = syncNode(node, hostIP)
+			err = syncNode(logger, node, hostIP)
 		case apierrors.IsNotFound(err):
 			err = nil // its routes go with the next restart; kind never deletes nodes
 		}
 		if err != nil {
-			klog.ErrorS(err, "Syncing node", "node", key)
+			logger.Error(err, "Syncing node", "node", key)
 			queue.AddRateLimited(key)
 		} else {
 			queue.Forget(key)
@@ -117,7 +119,7 @@ func run(ctx context.Context) error {
 
 // syncNode writes the CNI configuration for the own node and a route for
 // any other.
-func syncNode(node *corev1.Node, hostIP net.IP) error {
+func syncNode(logger klog.Logger, node *corev1.Node, hostIP net.IP) error {
 	ip := internalIP(node)
 	if ip == nil || node.Spec.PodCIDR == "" {
 		return nil // not ready yet; an update follows
@@ -130,13 +132,13 @@ func syncNode(node *corev1.Node, hostIP net.IP) error {
 		return nil // IPv4 only
 	}
 	if ip.Equal(hostIP) {
-		return writeConf(cidr)
+		return writeConf(logger, cidr)
 	}
 	route := &netlink.Route{Dst: cidr, Gw: ip}
 	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("route %s via %s: %w", cidr, ip, err)
 	}
-	klog.V(2).InfoS("Route", "node", node.Name, "podCIDR", cidr, "via", ip)
+	logger.V(2).Info("Route", "node", node.Name, "podCIDR", cidr, "via", ip)
 	return nil
 }
 
@@ -152,7 +154,7 @@ func internalIP(node *corev1.Node) net.IP {
 }
 
 // writeConf writes the conflist atomically when it changed.
-func writeConf(cidr *net.IPNet) error {
+func writeConf(logger klog.Logger, cidr *net.IPNet) error {
 	conf := map[string]any{
 		"cniVersion": "0.4.0",
 		"name":       "kindnet",
@@ -201,6 +203,6 @@ func writeConf(cidr *net.IPNet) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	klog.InfoS("Wrote CNI configuration", "path", path, "podCIDR", cidr)
+	logger.Info("Wrote CNI configuration", "path", path, "podCIDR", cidr)
 	return nil
 }
