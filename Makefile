@@ -106,8 +106,8 @@ run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on 
 ##@ Container images and kind (need root; not part of `make test`)
 #
 # Everything is built here from Go modules and Debian packages: no image
-# registry is reachable. deploy/kind/image/README.md says how and what the
-# builds cost. Outputs are cached in bin/kind and in Docker.
+# registry is reachable. deploy/kind/image/README.md says how, README.md (Run
+# under kind) what the builds cost. Outputs are cached in bin/kind and Docker.
 
 KIND_NODE_IMAGE ?= csi-volmgr-kind/node:v1.37.2
 IMAGE           ?= csi-volmgr:kind
