@@ -133,19 +133,53 @@ e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: 
 run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on examples/standalone/; Ctrl-C tears the volume down and exits.
 	BIN=$(BIN) GO=$(GO) LDFLAGS='$(LDFLAGS)' examples/standalone/run.sh
 
-##@ Container image and kind (need Docker and kind; not part of `make test`)
+##@ Container images and kind (need root; not part of `make test`)
+#
+# Everything is built here from Go modules and Debian packages: no image
+# registry is reachable. deploy/kind/image/README.md says how, README.md (Run
+# under kind) what the builds cost. Outputs are cached in bin/kind and Docker.
+
+KIND_NODE_IMAGE ?= csi-volmgr-kind/node:v1.37.2
+IMAGE           ?= csi-volmgr:kind
+KIND_BUILD      := deploy/kind/image/build.sh
+KIND_ENV         = KIND="$$($(KIND_BUILD) kind)" KUBECTL=$(K8S_BIN)/kubectl KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) IMAGE=$(IMAGE)
+
+.PHONY: docker
+docker: ## Start dockerd unless one answers (installs Debian's docker.io if missing); `make kind-down` stops only a dockerd it started.
+	deploy/kind/dockerd.sh start
 
 .PHONY: image
-image: ## Build the agent's container image (IMAGE, default csi-volmgr:kind) with Docker.
-	docker build --build-arg VERSION=$(VERSION) -t $(or $(IMAGE),csi-volmgr:kind) .
+image: docker ## Build the agent's image (IMAGE, default csi-volmgr:kind): a static binary on an empty base.
+	mkdir -p $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/csi-volmgr ./cmd/csi-volmgr
+	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE) -f Dockerfile $(BIN)/image
+
+.PHONY: image-testplugin
+image-testplugin: docker ## Build the CSI test plugin's image csi-volmgr-testplugin:kind.
+	mkdir -p $(BIN)/image-testplugin
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o $(BIN)/image-testplugin/csi-testplugin ./test/plugin/cmd/csi-testplugin
+	DOCKER_BUILDKIT=0 docker build -q -t csi-volmgr-testplugin:kind -f deploy/kind/image/testplugin.Dockerfile $(BIN)/image-testplugin
+
+.PHONY: kind-image
+kind-image: docker ## Build the kind node image KIND_NODE_IMAGE (Kubernetes v1.37.2) from sources; cached, long the first time.
+	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) $(KIND_BUILD) node
+
+.PHONY: kind-deploy-images
+kind-deploy-images: docker ## Build the images deploy/kind uses besides ours: external-attacher, external-provisioner, a shell.
+	$(KIND_BUILD) deploy-images
 
 .PHONY: kind-up
-kind-up: image $(K8S_BIN)/kubectl ## Create the kind cluster, load the image, deploy deploy/kind (agent for the virtual node + hostpath driver).
-	IMAGE=$(or $(IMAGE),csi-volmgr:kind) KUBECTL=$(K8S_BIN)/kubectl deploy/kind/up.sh
+kind-up: kind-image kind-deploy-images image image-testplugin $(K8S_BIN)/kubectl ## Create the kind cluster, load the images, deploy deploy/kind (agent for the virtual node + CSI test plugin).
+	$(KIND_ENV) deploy/kind/up.sh
 
 .PHONY: kind-e2e
-kind-e2e: kind-up ## Under kind: the example pod's volume on the virtual node is published, mounted on the host, torn down.
-	KUBECTL=$(K8S_BIN)/kubectl deploy/kind/e2e.sh
+kind-e2e: kind-up ## Under kind: pods of one StorageClass on the virtual node (csi-volmgr) and on a kubelet node: attached, staged, published, torn down, detached.
+	$(KIND_ENV) deploy/kind/e2e.sh
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster; stop dockerd if `make docker` started it.
+	if docker info >/dev/null 2>&1; then $(KIND_ENV) deploy/kind/down.sh; fi
+	deploy/kind/dockerd.sh stop
 
 ##@ Kubelet baseline (issue 17; separate module test/kubelet, not part of `make test`)
 
