@@ -17,6 +17,11 @@
 // PUBLISH_UNPUBLISH_VOLUME the node calls need the publish_context {"devicePath": <backing path>}
 // that ControllerPublishVolume returned.
 //
+// A NodePublishVolume whose volume_context has csi.storage.k8s.io/ephemeral=true (a CSI inline
+// volume; the CO sends it when the CSIDriver has podInfoOnMount) creates the filesystem volume
+// named by its volume_id if it does not exist and mounts it without staging; the NodeUnpublishVolume
+// of its last target deletes it, as csi-driver-host-path does.
+//
 // # State file
 //
 // <state-dir>/state/<volume-id>.json holds one volume (see Volume) and is replaced atomically
