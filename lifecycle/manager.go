@@ -194,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	rcfg := cfg.Reconciler
 	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
+	rcfg.Settled = m.pop.Settled
 	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
 	rcfg.Ready = met
 	if cfg.Reconciler.Ready != nil {
