@@ -128,6 +128,10 @@ type pluginJournal struct {
 // Checker follows the plugins' journals and what the workload does, and records the violations
 // of the invariants that can be decided from them. It is safe for concurrent use.
 type Checker struct {
+	// OnViolation, when set before use, is told of each violation as it is found; it must not
+	// call the Checker.
+	OnViolation func(Violation)
+
 	// slack is how long a new pod may stay unknown to the agent (watch latency) before an
 	// unstage of its volume counts against it, provided the API server was up all that time.
 	slack time.Duration
@@ -241,7 +245,11 @@ func (c *Checker) Violate(inv Invariant, t time.Time, format string, args ...any
 }
 
 func (c *Checker) violateLocked(inv Invariant, t time.Time, format string, args ...any) {
-	c.violations = append(c.violations, Violation{Invariant: inv, Time: t, Detail: fmt.Sprintf(format, args...)})
+	v := Violation{Invariant: inv, Time: t, Detail: fmt.Sprintf(format, args...)}
+	c.violations = append(c.violations, v)
+	if c.OnViolation != nil {
+		c.OnViolation(v)
+	}
 }
 
 // Violations returns every violation so far, in the order they were found.

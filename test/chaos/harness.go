@@ -95,6 +95,9 @@ type Harness struct {
 	hangs atomic.Int64
 	// pumpMu serializes journal reads.
 	pumpMu sync.Mutex
+	// logDir receives the logs; logsSaved is set once they are.
+	logDir    string
+	logsSaved bool
 }
 
 // New sets up a run: etcd and kube-apiserver, the agent's root directory on a small tmpfs,
@@ -111,6 +114,13 @@ func New(ctx context.Context, cfg Config) (*Harness, error) {
 		stats:   newStats(cfg),
 		pods:    newPodSet(),
 		killed:  map[int]bool{},
+	}
+	h.checker.OnViolation = func(v Violation) {
+		detail := v.Detail
+		if len(detail) > 600 {
+			detail = detail[:600] + "…"
+		}
+		h.logf("chaos: VIOLATION %s at %s: %s", v.Invariant, stamp(v.Time), detail)
 	}
 	if err := h.setUp(ctx); err != nil {
 		return nil, errors.Join(err, h.Close())
@@ -316,9 +326,13 @@ func (h *Harness) waitAgentReady(ctx context.Context, timeout time.Duration) err
 	}
 }
 
-// Close stops the agent and the plugins, unmounts what is left and stops the API server.
+// Close stops the agent and the plugins, unmounts what is left and stops the API server. The
+// logs are saved to the log directory Run was given first, if Run did not get to it.
 func (h *Harness) Close() error {
 	var errs []error
+	if h.logDir != "" && !h.logsSaved && h.agent != nil {
+		errs = append(errs, h.saveLogs(h.logDir))
+	}
 	h.agentMu.Lock()
 	h.stopping = true
 	h.agentMu.Unlock()

@@ -158,10 +158,12 @@ type Report struct {
 	Detaches   int
 	Violations []Violation
 	LogDir     string
+	// Interrupted says the run was stopped early: no drain, no final checks.
+	Interrupted bool
 }
 
 // Passed says whether the run found no violation.
-func (r *Report) Passed() bool { return len(r.Violations) == 0 }
+func (r *Report) Passed() bool { return len(r.Violations) == 0 && !r.Interrupted }
 
 // percentile returns the p-th percentile (0..100) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
@@ -181,6 +183,10 @@ func (r *Report) Write(w io.Writer) {
 	p("")
 	p("`%s` — started %s, workload %v, total %v; logs in `%s`.", r.Command, r.Started.Format(time.RFC3339),
 		r.Workload.Round(time.Second), r.Total.Round(time.Second), r.LogDir)
+	if r.Interrupted {
+		p("")
+		p("**Interrupted**: no drain and no final checks; the figures are those of the workload phase so far.")
+	}
 	p("")
 	p("| figure | value |")
 	p("|---|---|")

@@ -24,6 +24,7 @@ import (
 // Violations. logDir receives the agent's and the plugins' logs and journals.
 func (h *Harness) Run(ctx context.Context, logDir string) (*Report, error) {
 	h.started = time.Now()
+	h.logDir = logDir
 	monCtx, stopMonitors := context.WithCancel(ctx)
 	defer stopMonitors()
 	var monitors sync.WaitGroup
@@ -66,7 +67,12 @@ wait:
 	workload := time.Since(h.started)
 	smp.cancel()
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		// Interrupted: report what was found so far, without the drain and the final checks.
+		stopMonitors()
+		monitors.Wait()
+		rep := h.report(workload, logDir)
+		rep.Interrupted = true
+		return rep, errors.Join(ctx.Err(), h.saveLogs(logDir))
 	}
 
 	h.logf("chaos: draining: deleting every pod and waiting for the node to converge")
@@ -299,6 +305,7 @@ func (h *Harness) saveLogs(dir string) error {
 	for name, src := range files {
 		errs = append(errs, copyFile(src, filepath.Join(dir, name)))
 	}
+	h.logsSaved = true
 	return errors.Join(errs...)
 }
 
