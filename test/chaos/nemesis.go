@@ -170,9 +170,11 @@ func (n *nemeses) act(ctx context.Context, name string) (string, error) {
 		return fmt.Sprintf("killed, restarted, killed again after %v", again), n.restartAgent(ctx)
 	case NemesisAPIOutage:
 		d := time.Duration(5+n.rng.IntN(26)) * time.Second
+		h.churn(ctx, n.rng)
 		return fmt.Sprintf("down %v", d), h.apiOutage(ctx, d, nil)
 	case NemesisOutageAndKill:
 		d := time.Duration(5+n.rng.IntN(26)) * time.Second
+		h.churn(ctx, n.rng)
 		killAfter := time.Duration(n.rng.Int64N(int64(d)))
 		return fmt.Sprintf("down %v, agent killed after %v", d, killAfter.Round(time.Second)), h.apiOutage(ctx, d, func() error {
 			time.Sleep(killAfter)
@@ -284,6 +286,24 @@ func (h *Harness) killAgent(point string) error {
 	}
 	h.stats.kill(point)
 	return nil
+}
+
+// churn deletes two live pods and creates two, so that the agent has work in flight when an
+// outage begins.
+func (h *Harness) churn(ctx context.Context, rng *rand.Rand) {
+	deleted := 0
+	for _, p := range h.pods.snapshot() {
+		if deleted == 2 {
+			break
+		}
+		if p.deleteIssued.IsZero() {
+			h.deletePod(ctx, p.uid)
+			deleted++
+		}
+	}
+	for range 2 {
+		h.createPod(ctx, rng)
+	}
 }
 
 // apiOutage stops the API server for d; during runs meanwhile, if set.
