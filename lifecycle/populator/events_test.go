@@ -133,6 +133,48 @@ func TestKeepsVolumeOfRunningPod(t *testing.T) {
 	}
 }
 
+// TestKeepsVolumeOfRunningPodWhoseClaimNowNamesAnotherVolume: a running
+// pod keeps the volume it has when its claim is recreated and bound to a PV
+// of another volume (or its PV replaced by one with another handle); a new
+// pod of the claim gets the new volume.
+func TestKeepsVolumeOfRunningPodWhoseClaimNowNamesAnotherVolume(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("p", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"),
+		newPV("pv2", "c1", "h2", func(pv *corev1.PersistentVolume) { pv.Spec.ClaimRef.UID = "uid-c1-again" }))
+	s := startStack(ctx, t, client, stackOptions{})
+	old := volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}
+	if _, ok := s.store.PodVolume(old); !ok {
+		t.Fatal("h1 is not desired at start")
+	}
+	core := client.CoreV1()
+	if err := core.PersistentVolumeClaims(ns).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := newPVC("c1", "pv2")
+	again.UID, again.ResourceVersion = "uid-c1-again", "3"
+	if _, err := core.PersistentVolumeClaims(ns).Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Pods(ns).Create(ctx, newPod("q", withClaim("data", "c1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the new pod gets the new volume", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h2"), Pod: "uid-q"})
+		return ok
+	})
+	// The running pod is resolved again with each change of its claim.
+	eventually(ctx, t, "settled", s.pop.Settled)
+	if _, ok := s.store.PodVolume(old); !ok {
+		t.Error("the running pod lost its volume h1 when its claim was bound to another volume")
+	}
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h2"), Pod: "uid-p"}); ok {
+		t.Error("the running pod was given h2 as well")
+	}
+	if errs := s.store.PodErrors("uid-p"); len(errs) != 0 {
+		t.Errorf("errors = %v, want none", errs)
+	}
+}
+
 // TestHasSyncedWaitsForReferencedObjects: the populator is not synced while
 // a pod known at start waits for a referenced object's cache.
 func TestHasSyncedWaitsForReferencedObjects(t *testing.T) {
