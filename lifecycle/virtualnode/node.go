@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -58,6 +59,9 @@ type Config struct {
 	StatusReportPeriod time.Duration
 	// Clock stamps the Lease and the condition; nil is the real clock.
 	Clock clock.WithTicker
+	// RetryBaseDelay and RetryMaxDelay bound the backoff of Register; 0
+	// means 500ms and 30s.
+	RetryBaseDelay, RetryMaxDelay time.Duration
 }
 
 // Node registers and keeps the Node object of a node that has no kubelet;
@@ -86,6 +90,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.RetryBaseDelay == 0 {
+		cfg.RetryBaseDelay = 500 * time.Millisecond
+	}
+	if cfg.RetryMaxDelay == 0 {
+		cfg.RetryMaxDelay = 30 * time.Second
+	}
 	return &Node{
 		cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -101,27 +111,28 @@ func New(cfg Config) (*Node, error) {
 // Invalid): then the agent cannot serve the node, and it says why.
 func (n *Node) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30},
-		func(ctx context.Context) (bool, error) {
-			last = n.ensure(ctx)
-			switch {
-			case last == nil:
-				return true, nil
-			case apierrors.IsForbidden(last), apierrors.IsUnauthorized(last), apierrors.IsInvalid(last):
-				return false, last
-			}
-			logger.Error(last, "Registering the Node failed; will retry", "node", n.cfg.NodeName)
-			return false, nil
-		})
-	if err != nil {
-		if last != nil {
-			return fmt.Errorf("registering Node %s: %w", n.cfg.NodeName, last)
+	// Not wait.ExponentialBackoff: a Backoff whose delay reaches its Cap
+	// ends its steps, and the agent would give up after half a minute of an
+	// API server outage.
+	backoff := wait.Backoff{Duration: n.cfg.RetryBaseDelay, Factor: 2, Jitter: 0.1, Cap: n.cfg.RetryMaxDelay, Steps: math.MaxInt32}
+	for {
+		err := n.ensure(ctx)
+		switch {
+		case err == nil:
+			logger.Info("Node registered", "node", n.cfg.NodeName)
+			return nil
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err):
+			return fmt.Errorf("registering Node %s: %w", n.cfg.NodeName, err)
 		}
-		return fmt.Errorf("registering Node %s: %w", n.cfg.NodeName, err)
+		logger.Error(err, "Registering the Node failed; will retry", "node", n.cfg.NodeName)
+		t := time.NewTimer(backoff.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("registering Node %s: %w (last error: %w)", n.cfg.NodeName, context.Cause(ctx), err)
+		case <-t.C:
+		}
 	}
-	logger.Info("Node registered", "node", n.cfg.NodeName)
-	return nil
 }
 
 // Run renews the node's Lease and keeps the Node registered and Ready until
