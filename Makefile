@@ -17,6 +17,7 @@ VERSION         ?= $(shell git describe --tags --always --dirty 2>/dev/null || e
 LDFLAGS         := -X github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app.version=$(VERSION)
 TESTFLAGS       ?= -race -count=1 -timeout=20m
 FUZZTIME        ?= 20s
+FUZZFLAGS       ?=
 BENCHTIME       ?= 1x
 
 # Integration tests find the control plane here (controller-runtime envtest).
@@ -86,10 +87,10 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 	$(GO) test -p 1 -timeout=60m -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(GO_PKGS)
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME each.
+fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags, e.g. -parallel=1).
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS) $$pkg; \
 	  done; \
 	done
 
