@@ -51,16 +51,6 @@ func (h *Harness) runAttacher(ctx context.Context) {
 	}
 }
 
-// allDetached says whether nothing is attached.
-func (a *attacher) allDetached() bool {
-	for _, on := range a.attached {
-		if on {
-			return false
-		}
-	}
-	return true
-}
-
 func (a *attacher) sync(ctx context.Context) {
 	h := a.h
 	for _, v := range h.vols.byKind[kindAttach] {

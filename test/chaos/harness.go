@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -320,7 +319,7 @@ func (h *Harness) waitAgentReady(ctx context.Context, timeout time.Duration) err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("drivers registered with the agent: %v (err %v): %w", drivers, err, ctx.Err())
+			return fmt.Errorf("drivers registered with the agent: %v (last error: %w): %w", drivers, err, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -382,6 +381,3 @@ func (h *Harness) PluginLogs() []string {
 	}
 	return out
 }
-
-// workDir is where the agent keeps its log; the report is written next to it.
-func (h *Harness) workDir() string { return filepath.Dir(h.agent.LogFile) }

@@ -16,8 +16,6 @@ type Stats struct {
 
 	mu        sync.Mutex
 	started   time.Time
-	workload  time.Duration
-	drain     time.Duration
 	kills     map[string]int
 	nemeses   map[string]int
 	converge  map[string][]time.Duration
