@@ -40,8 +40,9 @@ func (h *Harness) pumpJournals() error {
 	return errors.Join(errs...)
 }
 
-func (h *Harness) runJournalPump(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -49,10 +50,16 @@ func (h *Harness) runJournalPump(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		fn()
+	}
+}
+
+func (h *Harness) runJournalPump(ctx context.Context) {
+	every(ctx, 100*time.Millisecond, func() {
 		if err := h.pumpJournals(); err != nil {
 			h.logf("chaos: reading the journals: %v", err)
 		}
-	}
+	})
 }
 
 // superviseAgent watches the agent process: an exit the harness did not inflict is a crash; the
@@ -204,21 +211,14 @@ func (s *sampler) cancel() {
 }
 
 func (s *sampler) run(ctx context.Context) {
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 500*time.Millisecond, func() {
 		smp, err := s.h.takeSample(ctx)
 		if err != nil {
 			s.h.logf("chaos: sampling: %v", err)
-			continue
+			return
 		}
 		s.check(smp)
-	}
+	})
 }
 
 func (s *sampler) check(smp sample) {

@@ -60,19 +60,7 @@ func TestHostileAPIObjects(t *testing.T) {
 	t.Run("two registrars for one driver", h.twoRegistrars)
 
 	// Nothing outside the root, every path below it.
-	for _, p := range h.plugins() {
-		entries, err := p.ReadJournal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range plugin.Calls(entries) {
-			for _, path := range []string{c.Begin.StagingPath, c.Begin.TargetPath} {
-				if path != "" && (filepath.Clean(path) != path || !strings.HasPrefix(path, a.Root+"/")) {
-					t.Errorf("%s got path %q, not below the root %s", c.Begin.Method, path, a.Root)
-				}
-			}
-		}
-	}
+	assertPathsBelowRoot(t, a, h.plugins()...)
 	assertOnlyRoot(t, a)
 }
 
