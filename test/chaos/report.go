@@ -152,6 +152,8 @@ type Report struct {
 	FaultsSeen map[string]int
 	DiskFulls  int
 	ENOSPC     int
+	// Gone counts the watches the agent had to relist after a 410 Gone (too old resource version).
+	Gone       int
 	Attaches   int
 	Detaches   int
 	Violations []Violation
@@ -199,6 +201,7 @@ func (r *Report) Write(w io.Writer) {
 		p("| &nbsp;&nbsp;%s | %d |", k, r.Kills[k])
 	}
 	p("| API server outages (5–30 s) / with an agent kill inside | %d / %d (%v down in all) |", r.Outages, r.OutageKill, r.Downtime.Round(time.Second))
+	p("| watches relisted after 410 Gone (too old resource version), from the agent's log | %d |", r.Gone)
 	p("| plugin crashes (SIGKILL and restart) | %d (%s) |", sum(r.PlugKills), countList(r.PlugKills))
 	p("| plugin hangs past the CSI timeout | %d |", r.Hangs)
 	p("| error-code faults set / fired | %d / %d |", sum(r.Codes), faultsFired(r.FaultsSeen))

@@ -273,16 +273,17 @@ func (h *Harness) report(workload time.Duration, logDir string) *Report {
 	h.pods.mu.Lock()
 	pods := h.pods.created
 	h.pods.mu.Unlock()
-	enospc := 0
+	enospc, gone := 0, 0
 	if data, err := os.ReadFile(h.agent.LogFile); err == nil {
 		enospc = bytes.Count(data, []byte("no space left on device"))
+		gone = bytes.Count(data, []byte("too old resource version"))
 	}
 	return &Report{
 		Seed: h.cfg.Seed, Started: h.started, Workload: workload, Total: time.Since(h.started), Pods: pods,
 		Ops: all, OKOps: ok, Kills: cloneCounts(s.kills), Nemeses: cloneCounts(s.nemeses), Converge: s.converge,
 		NotConv: cloneCounts(s.notConv), Outages: s.outages, OutageKill: s.outageKil, Downtime: s.downtime,
 		PlugKills: cloneCounts(s.plugKills), Hangs: s.hangs, Codes: cloneCounts(s.codes), FaultsSeen: h.checker.Faults(),
-		DiskFulls: s.diskFulls, ENOSPC: enospc, Attaches: s.attaches, Detaches: s.detaches,
+		DiskFulls: s.diskFulls, ENOSPC: enospc, Gone: gone, Attaches: s.attaches, Detaches: s.detaches,
 		Violations: h.checker.Violations(), LogDir: logDir,
 	}
 }
