@@ -41,11 +41,6 @@ func FuzzReconstructRecords(f *testing.F) {
 	stagedDir := filepath.Join(layout.PluginDir(), "d.example.com", paths.HandleHash("h"))
 	fsDir := filepath.Join(layout.PodsDir(), "uid", "volumes", "kubernetes.io~csi", "pv")
 	blockDir := filepath.Join(layout.PodsDir(), "uid", "volumeDevices", "kubernetes.io~csi", "pv")
-	for _, dir := range []string{stagedDir, fsDir, blockDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			f.Fatal(err)
-		}
-	}
 	f.Fuzz(func(t *testing.T, stage, publish []byte, block bool) {
 		podDir, otherDir := fsDir, blockDir
 		if block {
@@ -55,6 +50,10 @@ func FuzzReconstructRecords(f *testing.F) {
 			t.Fatal(err)
 		}
 		for dir, data := range map[string][]byte{stagedDir: stage, podDir: publish} {
+			// Reconstruction removes a directory left without a record.
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(filepath.Join(dir, paths.DataFileName), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
