@@ -181,6 +181,17 @@ func (h *Harness) finalChecks(ctx context.Context) {
 	for mp := range smp.mounted {
 		h.checker.Violate(InvLeak, now, "%s is still mounted", mp)
 	}
+	lctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	pods, err := h.client.CoreV1().Pods(namespace).List(lctx, metav1.ListOptions{})
+	cancel()
+	if err != nil {
+		h.checker.Violate(InvLeak, now, "listing the pods left: %v", err)
+	} else {
+		for _, pod := range pods.Items {
+			h.checker.Violate(InvLeak, now, "pod %s is still there (deletion requested %v): its deletion was never completed",
+				pod.Name, pod.DeletionTimestamp != nil)
+		}
+	}
 	left, err := leftovers(h.layout, h.agent.RegistrationDir)
 	if err != nil {
 		h.checker.Violate(InvLeak, now, "walking the root: %v", err)
