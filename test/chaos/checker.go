@@ -38,7 +38,8 @@ const (
 	// InvLostUnstage: a volume still staged (or uncertain) once no pod wanted it and everything
 	// converged.
 	InvLostUnstage Invariant = "every stage unstaged once unwanted (no lost unstage)"
-	// InvLeak: a mount, record file, directory or loop device left after all pods are gone.
+	// InvLeak: a mount, record file, directory or loop device left after all pods are gone, or a
+	// pod whose deletion the agent never completed.
 	InvLeak Invariant = "no leaked mount, record or loop device"
 	// InvNotReady: a live pod whose volumes are all mounted without VolumesReady=True for longer
 	// than the bound (counted in time the agent and the API server were both up).
