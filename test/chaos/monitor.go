@@ -173,6 +173,16 @@ type sampler struct {
 
 	mu      sync.Mutex
 	pending *convergence
+	// unsettled is what kept the last convergence from being reached, as
+	// last seen.
+	unsettled string
+}
+
+// lastUnsettled says what kept the last convergence from being reached.
+func (s *sampler) lastUnsettled() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unsettled
 }
 
 func newSampler(h *Harness) *sampler {
@@ -255,10 +265,17 @@ func (s *sampler) check(smp sample) {
 	s.mu.Lock()
 	c := s.pending
 	s.mu.Unlock()
-	if c == nil || !smp.healthy() {
+	if c == nil {
 		return
 	}
-	if why := c.unsettled(h, smp, byUID); why != "" {
+	why := c.unsettled(h, smp, byUID)
+	if !smp.healthy() {
+		why = fmt.Sprintf("agent ready %v, API server up %v", smp.agentReady, smp.apiUp)
+	}
+	if why != "" {
+		s.mu.Lock()
+		s.unsettled = why
+		s.mu.Unlock()
 		return
 	}
 	s.mu.Lock()

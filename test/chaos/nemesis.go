@@ -133,6 +133,9 @@ func (n *nemeses) run(ctx context.Context, stop <-chan struct{}) {
 		case d := <-done:
 			h.stats.converged(name, d)
 			h.logf("chaos: nemesis %d %s (%s, %v) converged in %v", i, name, what, time.Since(began).Round(100*time.Millisecond), d.Round(100*time.Millisecond))
+			if d > 10*time.Second {
+				h.logf("chaos: nemesis %d: what kept it from converging last: %s", i, n.sampler.lastUnsettled())
+			}
 		case <-time.After(h.cfg.ConvergeTimeout):
 			n.sampler.cancel()
 			h.stats.notConverged(name)
@@ -171,10 +174,15 @@ func (n *nemeses) act(ctx context.Context, name string) (string, error) {
 	case NemesisAPIOutage:
 		d := time.Duration(5+n.rng.IntN(26)) * time.Second
 		h.churn(ctx, n.rng)
-		return fmt.Sprintf("down %v", d), h.apiOutage(ctx, d, nil)
+		err := h.apiOutage(ctx, d, nil)
+		// A pod made once the API server is back must get its volumes too:
+		// the agent's watches work again.
+		h.createPod(ctx, n.rng)
+		return fmt.Sprintf("down %v", d), err
 	case NemesisOutageAndKill:
 		d := time.Duration(5+n.rng.IntN(26)) * time.Second
 		h.churn(ctx, n.rng)
+		defer h.createPod(ctx, n.rng) // as for api-outage
 		killAfter := time.Duration(n.rng.Int64N(int64(d)))
 		return fmt.Sprintf("down %v, agent killed after %v", d, killAfter.Round(time.Second)), h.apiOutage(ctx, d, func() error {
 			time.Sleep(killAfter)
