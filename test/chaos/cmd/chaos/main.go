@@ -92,6 +92,9 @@ func run() int {
 	switch {
 	case rep == nil:
 		return 2
+	case rep.Interrupted:
+		fmt.Printf("chaos: interrupted, %d violations so far (seed %d)\n", len(rep.Violations), cfg.Seed)
+		return 1
 	case !rep.Passed():
 		fmt.Printf("chaos: %d violations (seed %d)\n", len(rep.Violations), cfg.Seed)
 		return 1
