@@ -17,6 +17,7 @@ VERSION         ?= $(shell git describe --tags --always --dirty 2>/dev/null || e
 LDFLAGS         := -X github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app.version=$(VERSION)
 TESTFLAGS       ?= -race -count=1 -timeout=20m
 FUZZTIME        ?= 20s
+FUZZFLAGS       ?=
 BENCHTIME       ?= 1x
 
 # Integration tests find the control plane here (controller-runtime envtest).
@@ -94,10 +95,10 @@ test-kubelet-fsgroup: ## The fsGroup ownership change against the kubelet's own 
 	cd test/kubelet && $(GO) vet ./fsgroup/ && $(GO) test $(TESTFLAGS) ./fsgroup/
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME each.
+fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags, e.g. -parallel=1).
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS) $$pkg; \
 	  done; \
 	done
 
@@ -193,3 +194,18 @@ bench-kubelet: k8s-bins ## csi-volmgr side by side with the real kubelet's volum
 	cd test/kubelet && CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr CSI_TESTPLUGIN_BINARY=$(BIN)/csi-testplugin \
 	  KUBELET_VOLUMES_BINARY=$(BIN)/kubelet-volumes \
 	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run=. -bench=. -benchtime=1x ./bench/
+
+##@ Reliability (issue 16; not part of `make test`, see docs/reliability.md)
+
+SEED     ?= 0
+DURATION ?= 10m
+OPS      ?= 0
+KILLS    ?= 0
+CHAOS_LOGS ?= $(BIN)/chaos-logs
+
+.PHONY: chaos
+chaos: k8s-bins ## Chaos run (root): the agent (-race), a real API server, the test plugins, nemeses at random moments. SEED= (0: from the clock, printed), DURATION=, OPS= and KILLS= (stop once both are reached).
+	$(GO) build -race -o $(BIN)/csi-volmgr-race ./cmd/csi-volmgr
+	$(GO) build -o $(BIN)/chaos ./test/chaos/cmd/chaos
+	CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr-race GORACE=halt_on_error=1 $(BIN)/chaos -seed=$(SEED) -duration=$(DURATION) \
+	  -ops=$(OPS) -kills=$(KILLS) -logs=$(CHAOS_LOGS) -report=$(BIN)/chaos-report.md

@@ -233,6 +233,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
+	rcfg.Settled = m.pop.Settled
 	rcfg.Status, rcfg.Events, rcfg.InUse = observe(in.status, cfg.PodObserver), in.events, in.inUse
 	if in.expander != nil {
 		rcfg.Expander = in.expander

@@ -111,6 +111,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 	if vm.manager, err = lifecycle.New(ctx, lcfg); err != nil {
 		return nil, err
 	}
+	reportRejections(vm.registry, vm.manager)
 	if cfg.HTTPEndpoint != "" {
 		if vm.listener, err = net.Listen("tcp", cfg.HTTPEndpoint); err != nil {
 			return nil, &ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", cfg.HTTPEndpoint, err)}

@@ -51,6 +51,8 @@ type nodeKeeper struct {
 	name           string
 	leaseDuration  time.Duration
 	statusInterval time.Duration
+	// retryBase and retryMax bound the backoff of Register.
+	retryBase, retryMax time.Duration
 
 	// taint keeps TaintDriversNotReady while expected drivers are
 	// missing; nil without expected drivers.
@@ -68,7 +70,8 @@ func newNodeKeeper(client kubernetes.Interface, name string, leaseDuration, stat
 	if statusInterval == 0 {
 		statusInterval = defaultNodeStatusInterval
 	}
-	return &nodeKeeper{client: client, name: name, leaseDuration: leaseDuration, statusInterval: statusInterval}
+	return &nodeKeeper{client: client, name: name, leaseDuration: leaseDuration, statusInterval: statusInterval,
+		retryBase: 500 * time.Millisecond, retryMax: 30 * time.Second}
 }
 
 // spec is the Node the keeper posts.
@@ -96,27 +99,27 @@ func (k *nodeKeeper) spec() *corev1.Node {
 // until ctx ends or Run returns.
 func (k *nodeKeeper) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30},
-		func(ctx context.Context) (bool, error) {
-			last = k.start(ctx)
-			switch {
-			case last == nil:
-				return true, nil
-			case apierrors.IsForbidden(last), apierrors.IsUnauthorized(last), apierrors.IsInvalid(last):
-				return false, last
-			}
-			logger.Error(last, "Registering the Node failed; will retry", "node", k.name)
-			return false, nil
-		})
-	if err != nil {
-		if last != nil {
-			err = last
+	// Not wait.ExponentialBackoff: a Backoff whose delay reaches its Cap
+	// ends its steps, and the agent would give up after half a minute of an
+	// API server outage (a chaos run's finding).
+	delay := k.retryBase
+	for {
+		err := k.start(ctx)
+		switch {
+		case err == nil:
+			logger.Info("Node registered", "node", k.name)
+			return nil
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err):
+			return fmt.Errorf("registering Node %s: %w", k.name, err)
 		}
-		return fmt.Errorf("registering Node %s: %w", k.name, err)
+		logger.Error(err, "Registering the Node failed; will retry", "node", k.name, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registering Node %s: %w", k.name, errors.Join(ctx.Err(), err))
+		case <-time.After(wait.Jitter(delay, 0.1)):
+		}
+		delay = min(2*delay, k.retryMax)
 	}
-	logger.Info("Node registered", "node", k.name)
-	return nil
 }
 
 // start runs a node controller and waits until it registered the Node.

@@ -208,3 +208,54 @@ func TestRegisterFailsAtOnceWhenForbidden(t *testing.T) {
 		t.Fatalf("Register as a user without rights: %v, want a Forbidden error naming the Node", err)
 	}
 }
+
+// TestRegisterOutlastsAnAPIServerOutage is a chaos run's finding (seed
+// 424242): an agent started with --register-node while the API server was
+// down for longer than the backoff took to reach its cap gave up and
+// exited ("registering Node ...: connection refused"). Register retries
+// until the API server is back, however long its backoff has been capped.
+func TestRegisterOutlastsAnAPIServerOutage(t *testing.T) {
+	env, err := k8stest.Start(k8stest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	_, ctx := ktesting.NewTestContext(t)
+	name := k8stest.UniqueName(t.Name())
+	// The backoff reaches its cap after three attempts.
+	n := newNodeKeeper(env.Client, name, 0, 0)
+	n.retryBase, n.retryMax = 10*time.Millisecond, 40*time.Millisecond
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	registered := make(chan error, 1)
+	go func() { registered <- n.Register(ctx) }()
+	// Many capped retries fail while the API server is down.
+	select {
+	case err := <-registered:
+		t.Fatalf("Register returned during the outage: %v", err)
+	case <-time.After(time.Second):
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-registered:
+		if err != nil {
+			t.Fatalf("Register after the outage: %v", err)
+		}
+	case <-time.After(nodeWaitTimeout):
+		t.Fatal("Register did not return once the API server was back")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { n.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if _, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Node after Register: %v", err)
+	}
+}

@@ -51,7 +51,7 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 		return nil
 	}
 	vaName := volume.AttachmentName(src.Handle, src.Driver, o.nodeName)
-	publishContext, err := o.attachment(vaName)
+	publishContext, err := o.attachment(vaName, src.Driver)
 	o.state.RecordAttach(name, src.ID, publishContext, err)
 	if err != nil {
 		logger.V(4).Info("Volume is not attached", "volumeAttachment", vaName, "err", err)
@@ -63,13 +63,19 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 
 // attachment reads the VolumeAttachment vaName and returns its
 // attachmentMetadata when it is attached (the kubelet's csi_attacher.go WaitForAttach).
-func (o *Operations) attachment(vaName string) (map[string]string, error) {
+// One that names another node or another attacher than driver does not
+// attach the volume here, whatever its status says: its name was made to
+// look like this node's (the attach/detach controller never does that).
+func (o *Operations) attachment(vaName, driver string) (map[string]string, error) {
 	va, err := o.attachments.Get(vaName)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("%w: VolumeAttachment %s does not exist", volume.ErrNotAttached, vaName)
 	case err != nil:
 		return nil, fmt.Errorf("reading VolumeAttachment %s: %w", vaName, err)
+	case va.Spec.NodeName != o.nodeName || va.Spec.Attacher != driver:
+		return nil, fmt.Errorf("%w: VolumeAttachment %s is for node %q and attacher %q, not node %q and driver %q",
+			volume.ErrNotAttached, vaName, truncateName(va.Spec.NodeName), truncateName(va.Spec.Attacher), o.nodeName, driver)
 	case va.DeletionTimestamp != nil:
 		return nil, fmt.Errorf("%w: VolumeAttachment %s is being deleted", volume.ErrNotAttached, vaName)
 	case va.Status.Attached:
@@ -102,11 +108,20 @@ func (o *Operations) publishContext(name volume.Name, src volume.Source, attachR
 	if !ok || !v.Attached {
 		return nil, fmt.Errorf("%w: %s (wait for attach first)", volume.ErrNotAttached, name)
 	}
-	return o.attachment(volume.AttachmentName(src.Handle, src.Driver, o.nodeName))
+	return o.attachment(volume.AttachmentName(src.Handle, src.Driver, o.nodeName), src.Driver)
 }
 
 // isAttachLimitError says whether an attach error is the driver's
 // ResourceExhausted (errorCode, KEP-4876): the node's attach limit.
 func isAttachLimitError(e *storagev1.VolumeError) bool {
 	return e != nil && e.ErrorCode != nil && *e.ErrorCode == int32(codes.ResourceExhausted)
+}
+
+// truncateName keeps a name from another object short in a message.
+func truncateName(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit] + "…"
 }

@@ -27,6 +27,10 @@ func TestWaitForAttach(t *testing.T) {
 		{name: "attach not required", noAttach: true},
 		{name: "missing", wantErr: "does not exist"},
 		{name: "not attached yet", va: &storagev1.VolumeAttachment{}, wantErr: "not attached yet"},
+		{name: "for another node", va: &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{NodeName: "other-node"},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}, wantErr: `is for node "other-node" and attacher "` + src.Driver + `", not node "` + testNode + `"`},
+		{name: "of another attacher", va: &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{Attacher: "other.example.com"},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}, wantErr: `attacher "other.example.com"`},
 		{name: "attach error", va: &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{
 			AttachError: &storagev1.VolumeError{Message: "rpc error: disk is locked"}}}, wantErr: "attach failed: VolumeAttachment " + vaName + ": rpc error: disk is locked",
 			wantIs: ErrAttachFailed},
@@ -43,6 +47,13 @@ func TestWaitForAttach(t *testing.T) {
 			}
 			if tc.va != nil {
 				tc.va.Name = vaName
+				// Unless the case says otherwise, the VolumeAttachment is this node's and driver's.
+				if tc.va.Spec.NodeName == "" {
+					tc.va.Spec.NodeName = testNode
+				}
+				if tc.va.Spec.Attacher == "" {
+					tc.va.Spec.Attacher = src.Driver
+				}
 				h.vas.set(tc.va)
 			}
 			name := volume.PersistentName(src.Driver, src.Handle)

@@ -89,8 +89,13 @@ type Populator struct {
 	clock clock.PassiveClock
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 
-	// mu protects firstSeen, initial and isSynced.
+	// mu protects firstSeen, initial, isSynced, unresolved and events.
 	mu sync.Mutex
+	// unresolved holds, for each pod with an event not yet resolved into
+	// the desired state (queued, being resolved, or waiting for the objects
+	// it references), the number of its latest event; events counts them.
+	unresolved map[types.UID]uint64
+	events     uint64
 	// firstSeen is when each pod's first event arrived; kept until the pod
 	// leaves.
 	firstSeen map[types.UID]time.Time
@@ -121,8 +126,9 @@ func New(cfg Config) (*Populator, error) {
 		clock: clk,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "populator"}),
-		firstSeen: make(map[types.UID]time.Time),
-		synced:    make(chan struct{}),
+		firstSeen:  make(map[types.UID]time.Time),
+		unresolved: make(map[types.UID]uint64),
+		synced:     make(chan struct{}),
 	}
 	cfg.Source.OnPodChange(p.podChanged)
 	cfg.Policies.OnChange(p.driverChanged)
@@ -190,14 +196,44 @@ func (p *Populator) HasSynced() bool {
 // Synced returns a channel closed when HasSynced becomes true.
 func (p *Populator) Synced() <-chan struct{} { return p.synced }
 
+// Settled tells whether every pod event so far has been resolved into the
+// desired state. While it is false, a pod the desired state does not show
+// yet (one just created, or waiting for its claim to be cached) may want any
+// volume, so a volume that looks unwanted must not be unstaged: the
+// reconciler waits.
+func (p *Populator) Settled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.unresolved) == 0
+}
+
 // podChanged enqueues a pod and notes when it was first seen.
 func (p *Populator) podChanged(uid types.UID) {
 	p.mu.Lock()
 	if _, ok := p.firstSeen[uid]; !ok {
 		p.firstSeen[uid] = p.clock.Now()
 	}
+	p.events++
+	p.unresolved[uid] = p.events
 	p.mu.Unlock()
 	p.queue.Add(uid)
+}
+
+// latestEvent returns the number of the pod's latest unresolved event.
+func (p *Populator) latestEvent(uid types.UID) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unresolved[uid]
+}
+
+// settle records that the pod's events up to event are resolved; a newer
+// event keeps it unresolved until that one is.
+func (p *Populator) settle(uid types.UID, event uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unresolved[uid] == event {
+		delete(p.unresolved, uid)
+	}
 }
 
 // driverChanged re-resolves every pod when a driver's policy (or the node's
@@ -233,6 +269,7 @@ func (p *Populator) processNext(ctx context.Context) bool {
 // enqueues it again then.
 func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	logger := klog.FromContext(ctx)
+	event := p.latestEvent(uid)
 	pod, ok := p.cfg.Source.Pod(uid)
 	if !ok {
 		p.forgetSignal(uid)
@@ -245,6 +282,7 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		p.mu.Unlock()
 		logger.V(4).Info("Pod left the desired state", "podUID", uid, "exists", ok)
 		p.resolved(logger, uid)
+		p.settle(uid, event)
 		return nil
 	}
 	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "podUID", uid)
@@ -281,6 +319,7 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	})
 	logger.V(4).Info("Resolved pod volumes", "volumes", len(res.uses), "errors", len(res.errs))
 	p.resolved(logger, uid)
+	p.settle(uid, event)
 	return nil
 }
 

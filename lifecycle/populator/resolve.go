@@ -39,7 +39,8 @@ type resolver struct {
 	// previous are the pod's current desired uses by spec name: a volume
 	// that was resolved once is kept when resolving it again fails (a
 	// running pod's volume is never torn down because, e.g., its claim is
-	// being deleted), as the kubelet, which resolves a pod once.
+	// being deleted) or names another volume (its PV was replaced), as the
+	// kubelet, which resolves a pod once.
 	previous map[string]dsw.Use
 	refs     source.References
 	res      resolution
@@ -321,6 +322,19 @@ func (r *resolver) inline(spec string, csi *corev1.CSIVolumeSource) {
 }
 
 func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnly bool) {
+	if prev, ok := r.previous[spec]; ok && prev.Name != name {
+		// The pod's volume now resolves to another volume: its PV was
+		// replaced by one with another CSI source, or its claim was
+		// recreated and bound to another PV. The pod keeps the volume it
+		// has, as with the kubelet, which resolves a pod once; a new pod
+		// gets the new one. Tearing the old one down would take it from
+		// under the running pod.
+		r.logger.V(2).Info("Keeping the volume of a running pod: its spec now resolves to another volume",
+			"specName", spec, "volume", prev.Name, "resolvesTo", name)
+		r.keepAttachment(prev)
+		r.res.uses = append(r.res.uses, prev)
+		return
+	}
 	r.res.uses = append(r.res.uses, dsw.Use{
 		Name:   name,
 		Source: src,

@@ -31,6 +31,11 @@ type Config struct {
 	// Synced is closed once the desired state has seen every pod (the
 	// populator's Synced). Nothing is torn down before.
 	Synced <-chan struct{}
+	// Settled, when set, tells whether the desired state has resolved
+	// every pod event so far (the populator's Settled). A volume that looks
+	// unwanted is not unstaged while it is false: a pod not resolved yet
+	// may want it.
+	Settled func() bool
 	// Status, Events, InUse and Ready are optional outputs.
 	Status StatusWriter
 	Events EventRecorder

@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
+
+// settleRetry is how soon a volume whose unstage waits for the desired state
+// to settle is looked at again.
+const settleRetry = 100 * time.Millisecond
 
 // syncVolume brings one volume's attach and stage state in line: a wanted
 // volume is attached (checked) and staged, then its pods are handed to the
@@ -96,6 +101,16 @@ func (r *Reconciler) tearDownVolume(ctx context.Context, name volume.Name) error
 		for _, uid := range pubs {
 			r.pods.Add(volume.PodKey{Volume: name, Pod: uid})
 		}
+		return nil
+	}
+	if r.cfg.Settled != nil && !r.cfg.Settled() {
+		// A pod not resolved yet may want the volume: look again shortly.
+		r.volumes.AddAfter(name, settleRetry)
+		return nil
+	}
+	if _, wanted := r.cfg.Desired.Volume(name); wanted {
+		// Wanted again meanwhile.
+		r.volumes.Add(name)
 		return nil
 	}
 	if err := r.cfg.Operations.Unstage(ctx, name); err != nil {

@@ -52,6 +52,9 @@ type Result struct {
 	// corrupt, or not matching their directory); they are left alone on
 	// disk and logged.
 	Failed []error
+	// Removed counts the directories an interrupted step left without a
+	// record and with nothing else in them, which were removed.
+	Removed int
 }
 
 func (r *Result) add(o Result) {
@@ -60,6 +63,7 @@ func (r *Result) add(o Result) {
 	r.ProvenStaged += o.ProvenStaged
 	r.ProvenPublished += o.ProvenPublished
 	r.Failed = append(r.Failed, o.Failed...)
+	r.Removed += o.Removed
 }
 
 // Run rebuilds the actual state into st, once at start before anything
@@ -87,6 +91,11 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 	}
 	for _, sv := range staged {
 		if err := reconstructStaged(ctx, layout, sv, mounts, st, &res); err != nil {
+			if removed, rmErr := removeLeftover(sv.Dir, sv.Record, layout.PluginDir(), err); removed && rmErr == nil {
+				logger.Info("Removed a staged-volume directory an interrupted step left empty", "dir", sv.Dir)
+				res.Removed++
+				continue
+			}
 			logger.Error(err, "Cannot reconstruct staged volume; leaving it alone", "dir", sv.Dir)
 			res.Failed = append(res.Failed, err)
 		}
@@ -97,12 +106,21 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 	}
 	for _, pv := range pods {
 		if err := reconstructPublished(ctx, pv, mounts, st, &res); err != nil {
+			// A block volume's target lies outside the directory: it must not
+			// be mounted either.
+			if !intact(ctx, mounts, pv.Target) {
+				if removed, rmErr := removeLeftover(pv.Dir, pv.Record, layout.PodsDir(), err); removed && rmErr == nil {
+					logger.Info("Removed a pod volume directory an interrupted step left empty", "dir", pv.Dir)
+					res.Removed++
+					continue
+				}
+			}
 			logger.Error(err, "Cannot reconstruct pod volume; leaving it alone", "dir", pv.Dir)
 			res.Failed = append(res.Failed, err)
 		}
 	}
 	logger.Info("Reconstructed actual state", "staged", res.Staged, "stagedIntact", res.ProvenStaged,
-		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed))
+		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed), "removed", res.Removed)
 	return res, nil
 }
 

@@ -29,6 +29,11 @@
 // and INACCESSIBLE for a broken mount. The control file can also change the node's volume limit
 // (NodeGetInfo, ControllerPublishVolume's ResourceExhausted) at run time.
 //
+// A NodePublishVolume whose volume_context has csi.storage.k8s.io/ephemeral=true (a CSI inline
+// volume; the CO sends it when the CSIDriver has podInfoOnMount) creates the filesystem volume
+// named by its volume_id if it does not exist and mounts it without staging; the NodeUnpublishVolume
+// of its last target deletes it, as csi-driver-host-path does.
+//
 // # State file
 //
 // <state-dir>/state/<volume-id>.json holds one volume (see Volume) and is replaced atomically

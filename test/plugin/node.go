@@ -193,8 +193,9 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := checkMountGroup(c); err != nil {
 		return nil, err
 	}
+	ephemeral := isEphemeral(req.GetVolumeContext())
 	staging := ""
-	if s.d.cfg.Capabilities.StageUnstage {
+	if s.d.cfg.Capabilities.StageUnstage && !ephemeral {
 		if staging = req.GetStagingTargetPath(); staging == "" {
 			return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
 		}
@@ -203,14 +204,21 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	defer unlock()
 
 	v, ok := s.d.store.get(id)
-	if !ok {
+	if ephemeral {
+		var err error
+		if v, err = s.d.ensureEphemeral(klog.FromContext(ctx), id); err != nil {
+			return nil, err
+		}
+	} else if !ok {
 		return nil, notFound(id)
 	}
 	if err := checkAccessType(&v, c); err != nil {
 		return nil, err
 	}
-	if err := s.d.checkPublishContext(&v, req.GetPublishContext()); err != nil {
-		return nil, err
+	if !v.Ephemeral {
+		if err := s.d.checkPublishContext(&v, req.GetPublishContext()); err != nil {
+			return nil, err
+		}
 	}
 	if staging != "" && (v.Staged == nil || v.Staged.Path != staging) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
@@ -359,7 +367,12 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 			return nil, ioStatus(err)
 		}
 	}
-	if recorded {
+	if v.Ephemeral && remaining == 0 {
+		// The last unpublish of an inline volume deletes it.
+		if err := s.d.deleteEphemeral(logger, &v); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	} else if recorded {
 		if _, err := s.d.store.update(id, func(v *Volume) error { delete(v.Published, target); return nil }); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}

@@ -60,6 +60,9 @@ type Volume struct {
 	Staged *Staging `json:"staged,omitempty"`
 	// Published maps a target path to the NodePublishVolume in effect there.
 	Published map[string]Publication `json:"published,omitempty"`
+	// Ephemeral marks a CSI inline volume, created by its first NodePublishVolume and deleted by
+	// its last NodeUnpublishVolume.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Attachment records one ControllerPublishVolume.
