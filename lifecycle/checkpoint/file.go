@@ -112,9 +112,13 @@ func Remove(path string) error {
 
 // RemoveEmptyDirs removes dir and then its parents while they are empty and
 // strictly below stop. Missing directories are skipped; the first directory
-// that is not empty ends the removal without error.
+// that is not empty ends the removal without error. A dir that is not
+// below stop is an error: nothing is removed.
 func RemoveEmptyDirs(dir, stop string) error {
 	stop = filepath.Clean(stop)
+	if !strings.HasPrefix(filepath.Clean(dir), stop+string(filepath.Separator)) {
+		return fmt.Errorf("removing %s: not below %s", dir, stop)
+	}
 	for d := filepath.Clean(dir); strings.HasPrefix(d, stop+string(filepath.Separator)); d = filepath.Dir(d) {
 		err := os.Remove(d)
 		switch {

@@ -109,7 +109,13 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 			// A block volume's target lies outside the directory: it must not
 			// be mounted either.
 			if !intact(ctx, mounts, pv.Target) {
-				if removed, rmErr := removeLeftover(pv.Dir, pv.Record, layout.PodsDir(), err); removed && rmErr == nil {
+				// A block volume's directory is the kubelet's
+				// volumeDevices/<name>/data/<pod>, below the plugin directory.
+				stop := layout.PodsDir()
+				if pv.AccessType == volume.Block {
+					stop = layout.PluginDir()
+				}
+				if removed, rmErr := removeLeftover(pv.Dir, pv.Record, stop, err); removed && rmErr == nil {
 					logger.Info("Removed a pod volume directory an interrupted step left empty", "dir", pv.Dir)
 					res.Removed++
 					continue
