@@ -208,6 +208,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
 		Node:                     in.node, SELinux: seLinux,
+		Published:                publishedIn{m.world},
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -363,4 +364,13 @@ func (o readyObservers) ObservePodReady(pod volume.PodInfo, firstSeen, ready tim
 	for _, obs := range o {
 		obs.ObservePodReady(pod, firstSeen, ready)
 	}
+}
+
+// publishedIn tells the populator which pod volumes the actual state has
+// (published, or uncertain).
+type publishedIn struct{ world *asw.World }
+
+func (p publishedIn) Published(key volume.PodKey) bool {
+	_, ok := p.world.Pod(key)
+	return ok
 }

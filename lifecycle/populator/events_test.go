@@ -2,6 +2,7 @@ package populator_test
 
 import (
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,7 +142,8 @@ func TestKeepsVolumeOfRunningPodWhoseClaimNowNamesAnotherVolume(t *testing.T) {
 	ctx := testContext(t)
 	client := fakeClient(newPod("p", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"),
 		newPV("pv2", "c1", "h2", func(pv *corev1.PersistentVolume) { pv.Spec.ClaimRef.UID = "uid-c1-again" }))
-	s := startStack(ctx, t, client, stackOptions{})
+	// p's volume is published; nothing of q's is.
+	s := startStack(ctx, t, client, stackOptions{published: publishedPods{"uid-p"}})
 	old := volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}
 	if _, ok := s.store.PodVolume(old); !ok {
 		t.Fatal("h1 is not desired at start")
@@ -172,6 +174,46 @@ func TestKeepsVolumeOfRunningPodWhoseClaimNowNamesAnotherVolume(t *testing.T) {
 	}
 	if errs := s.store.PodErrors("uid-p"); len(errs) != 0 {
 		t.Errorf("errors = %v, want none", errs)
+	}
+}
+
+// TestPodFollowsItsClaimUntilItsVolumeIsPublished: a merge finding (the
+// test above failed once in a full run): a new pod resolved from a cache
+// that had not yet seen its claim recreated got the old volume and then
+// kept it "as a running pod", although nothing of it was published. A pod
+// keeps a volume its claim no longer names only if that volume is
+// published; otherwise it gets the one the claim names now.
+func TestPodFollowsItsClaimUntilItsVolumeIsPublished(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("p", withClaim("data", "c1")), newPod("q", withClaim("data", "c1")),
+		newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"),
+		newPV("pv2", "c1", "h2", func(pv *corev1.PersistentVolume) { pv.Spec.ClaimRef.UID = "uid-c1-again" }))
+	// Both pods resolve to h1; only p's is published.
+	s := startStack(ctx, t, client, stackOptions{published: publishedPods{"uid-p"}})
+	for _, pod := range []types.UID{"uid-p", "uid-q"} {
+		if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: pod}); !ok {
+			t.Fatalf("%s: h1 is not desired at start", pod)
+		}
+	}
+	core := client.CoreV1()
+	if err := core.PersistentVolumeClaims(ns).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := newPVC("c1", "pv2")
+	again.UID, again.ResourceVersion = "uid-c1-again", "3"
+	if _, err := core.PersistentVolumeClaims(ns).Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "q gets h2, which its claim names now", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h2"), Pod: "uid-q"})
+		return ok
+	})
+	eventually(ctx, t, "settled", s.pop.Settled)
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-q"}); ok {
+		t.Error("q still wants h1, which it never had published and its claim no longer names")
+	}
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}); !ok {
+		t.Error("p lost its published volume h1")
 	}
 }
 
@@ -318,3 +360,9 @@ func TestFirstSeenAndRecreatedPod(t *testing.T) {
 		t.Errorf("known pods = %v, want [uid-p2]", got)
 	}
 }
+
+// publishedPods is a PublishedVolumes where every volume of the listed pods
+// is published, and no other.
+type publishedPods []types.UID
+
+func (p publishedPods) Published(key volume.PodKey) bool { return slices.Contains(p, key.Pod) }

@@ -62,6 +62,9 @@ type stackOptions struct {
 	watchNode bool
 	// seLinux is the populator's SELinux translator; nil for none.
 	seLinux selinux.Translator
+	// published is the populator's Published; nil treats every resolved
+	// volume as published.
+	published populator.PublishedVolumes
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -97,6 +100,7 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		Clock:                 o.clock,
 		Workers:               o.workers,
 		SELinux:               o.seLinux,
+		Published:             o.published,
 	})
 	if err != nil {
 		t.Fatalf("populator.New: %v", err)

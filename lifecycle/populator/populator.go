@@ -19,6 +19,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // defaultWorkers is the number of pods resolved in parallel. Resolving
@@ -57,6 +58,18 @@ type Config struct {
 	// are mounted with; nil mounts without one, as on a host without
 	// SELinux.
 	SELinux selinux.Translator
+	// Published tells which of the pods' volumes are published (or may
+	// be): a pod whose volume now resolves to another volume keeps the one
+	// it has only if it is published; one it was only about to get is
+	// replaced. nil treats every resolved volume as published, as the
+	// kubelet, which resolves a pod once.
+	Published PublishedVolumes
+}
+
+// PublishedVolumes is what the populator asks of the actual state.
+type PublishedVolumes interface {
+	// Published says whether the pod's volume is published, or may be.
+	Published(key volume.PodKey) bool
 }
 
 // Validate checks the required fields.

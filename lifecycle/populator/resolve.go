@@ -322,13 +322,15 @@ func (r *resolver) inline(spec string, csi *corev1.CSIVolumeSource) {
 }
 
 func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnly bool) {
-	if prev, ok := r.previous[spec]; ok && prev.Name != name {
+	if prev, ok := r.previous[spec]; ok && prev.Name != name && r.published(prev) {
 		// The pod's volume now resolves to another volume: its PV was
 		// replaced by one with another CSI source, or its claim was
 		// recreated and bound to another PV. The pod keeps the volume it
 		// has, as with the kubelet, which resolves a pod once; a new pod
 		// gets the new one. Tearing the old one down would take it from
-		// under the running pod.
+		// under the running pod. A volume the pod was only about to get
+		// (resolved from a cache that had not yet seen the change) is
+		// not kept: nobody uses it.
 		r.logger.V(2).Info("Keeping the volume of a running pod: its spec now resolves to another volume",
 			"specName", spec, "volume", prev.Name, "resolvesTo", name)
 		r.keepAttachment(prev)
@@ -341,6 +343,12 @@ func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnl
 		Volume: volume.PodVolume{Pod: r.info, SpecName: spec, ReadOnly: readOnly, FSGroup: r.fsGroup,
 			FSGroupChangePolicy: r.fsGroupPolicy},
 	})
+}
+
+// published says whether the pod's previous use is published (or may be).
+func (r *resolver) published(u dsw.Use) bool {
+	pub := r.p.cfg.Published
+	return pub == nil || pub.Published(volume.PodKey{Volume: u.Name, Pod: r.pod.UID})
 }
 
 // fail records why a volume cannot be resolved, or keeps its previous
