@@ -57,6 +57,10 @@ type Config struct {
 	FrontEndpoint, FrontDriver string
 	// HTTPEndpoint, when set, is the TCP address Run serves Handler on.
 	HTTPEndpoint string
+	// Profiling adds Go's profiles (net/http/pprof) under /debug/pprof/ to
+	// Handler, as the kubelet's enableProfilingHandler does: where the heap
+	// and CPU of a node agent go, measured on the node that has them.
+	Profiling bool
 	// Version is reported in the logs.
 	Version string
 	// Tuning holds the knobs that tests and benchmarks turn; the zero

@@ -17,6 +17,7 @@ type RunOptions struct {
 	RootDir              string
 	RegistrationDir      string
 	HTTPEndpoint         string
+	Profiling            bool
 	ResyncPeriod         time.Duration
 	CSITimeout           time.Duration
 	RemoveTerminating    bool
@@ -54,6 +55,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Root directory of the agent's state (kubelet layout below it).")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", o.RegistrationDir, "Directory of plugin-registration sockets; empty means <root-dir>/plugins_registry.")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", o.HTTPEndpoint, "Address of /metrics, /healthz, /readyz and the JSON status API; empty disables it.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (pprof) under /debug/pprof/ on --http-endpoint.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every volume is reconciled again, besides events.")
 	fs.DurationVar(&o.CSITimeout, "csi-timeout", o.CSITimeout, "Timeout of one CSI call.")
 	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")

@@ -93,6 +93,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		FrontEndpoint:         o.FrontEndpoint,
 		FrontDriver:           o.FrontDriver,
 		HTTPEndpoint:          o.HTTPEndpoint,
+		Profiling:             o.Profiling,
 		Version:               version,
 	}
 	if o.Manifests == "" {

@@ -66,13 +66,16 @@ var (
 		heapMetric: "go_memstats_heap_inuse_bytes",
 	}
 	// volmgr is csi-volmgr's agent binary with the `run` command's
-	// defaults (by-name sources, API QPS 50, burst 100).
+	// defaults (by-name sources, its API QPS and burst), and --profiling.
 	volmgr = &agentKind{
 		name: "csi-volmgr", short: "volmgr", binary: volmgrBinary,
 		args: func(kubeconfig, node, root, regDir, httpAddr string) []string {
 			return []string{
 				"run", "--kubeconfig=" + kubeconfig, "--node-name=" + node, "--root-dir=" + root,
 				"--registration-dir=" + regDir, "--http-endpoint=" + httpAddr, fmt.Sprintf("--v=%d", agentVerbosity),
+				// /debug/pprof/, as kubelet-volumes serves it: the harness
+				// forces a GC before it reads the heap.
+				"--profiling",
 			}
 		},
 		heapMetric:  "go_memstats_heap_inuse_bytes",
@@ -112,7 +115,11 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 		tb.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, w.fx.Env.KubeConfig, 0o600); err != nil {
+	kc := w.fx.Env.KubeConfig
+	if w.agentKubeconfig != nil {
+		kc = w.agentKubeconfig
+	}
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	addr, err := freeAddress()

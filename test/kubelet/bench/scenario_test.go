@@ -26,8 +26,10 @@ type figure struct {
 	// (no spaces), e.g. "added_p50_ms".
 	name, key string
 	value     float64
-	// missing marks a figure the agent cannot give.
+	// missing marks a figure the agent cannot give; note says why (e.g.
+	// "did not finish in 10m").
 	missing bool
+	note    string
 }
 
 // sideBySide runs sc on every agent in turn, prints the table (kubelet,
@@ -44,6 +46,7 @@ func sideBySide(ctx context.Context, b *testing.B, w *world, sc scenario) {
 		}
 	}
 	printTable(b, sc.name, results)
+	book.add(sc.name, results)
 }
 
 // printTable prints the figures of every agent side by side, in the order
@@ -63,7 +66,11 @@ func printTable(b *testing.B, title string, results [][]figure) {
 			v, ok := find(results[i], f.key)
 			values[i] = v
 			if !ok || v.missing {
-				fmt.Fprintf(&sb, " %12s", "n/a")
+				text := "n/a"
+				if v.note != "" {
+					text = v.note
+				}
+				fmt.Fprintf(&sb, " %12s", text)
 				continue
 			}
 			fmt.Fprintf(&sb, " %12.2f", v.value)
@@ -76,7 +83,7 @@ func printTable(b *testing.B, title string, results [][]figure) {
 			fmt.Fprintf(&sb, " %10s", "")
 		}
 	}
-	details(b, title+" (one run of each agent on the same objects; ratio = kubelet ÷ csi-volmgr)", sb.String())
+	details(b, title+" (one run of each agent on the same objects; ratio = kubelet ÷ csi-volmgr; load "+loadAverage()+")", sb.String())
 }
 
 func find(figs []figure, key string) (figure, bool) {

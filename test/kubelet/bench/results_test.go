@@ -1,0 +1,270 @@
+package bench_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// EnvResults names an environment variable with the directory the
+// benchmarks write their results into (make bench-kubelet: bench-results/
+// of the repository; default: bench-results beside the module).
+const EnvResults = "KUBELET_BENCH_RESULTS"
+
+// book keeps every row the benchmarks of this run printed, and after each
+// table rewrites the results directory: table.md (every row, kubelet /
+// csi-volmgr / ratio, in the order measured), results.json, and the charts
+// latency-vs-n.svg and cpu-vs-n.svg. A run that stops half-way leaves what
+// it measured so far.
+var book = &resultsBook{points: map[string]map[string][]chartPoint{}}
+
+type resultsBook struct {
+	// mu guards the fields below.
+	mu     sync.Mutex
+	rows   []resultRow
+	notes  []string
+	points map[string]map[string][]chartPoint // chart → agent → points
+}
+
+// resultRow is one printed row.
+type resultRow struct {
+	Section string   `json:"section"`
+	Figure  string   `json:"figure"`
+	Key     string   `json:"key"`
+	Kubelet *float64 `json:"kubelet,omitempty"`
+	Volmgr  *float64 `json:"csiVolmgr,omitempty"`
+	// Notes say why a value is missing (e.g. "did not finish").
+	KubeletNote string   `json:"kubeletNote,omitempty"`
+	VolmgrNote  string   `json:"csiVolmgrNote,omitempty"`
+	Ratio       *float64 `json:"ratio,omitempty"`
+}
+
+type chartPoint struct{ n, v float64 }
+
+// add records the rows of one table.
+func (r *resultsBook) add(section string, results [][]figure) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range results[0] {
+		row := resultRow{Section: section, Figure: strings.TrimSpace(f.name), Key: f.key}
+		var vals [2]figure
+		for i := range agents {
+			v, ok := find(results[i], f.key)
+			vals[i] = v
+			if !ok {
+				continue
+			}
+			val := v.value
+			switch {
+			case v.missing && i == 0:
+				row.KubeletNote = v.note
+			case v.missing:
+				row.VolmgrNote = v.note
+			case i == 0:
+				row.Kubelet = &val
+			default:
+				row.Volmgr = &val
+			}
+		}
+		if q, ok := ratio(vals[0], vals[1]); ok {
+			row.Ratio = &q
+		}
+		r.rows = append(r.rows, row)
+	}
+	r.writeLocked()
+}
+
+// note adds a line under the table (floors, extrapolations).
+func (r *resultsBook) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+	r.writeLocked()
+}
+
+// point adds a point to a chart's series of one agent.
+func (r *resultsBook) point(chart, agent string, n, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.points[chart] == nil {
+		r.points[chart] = map[string][]chartPoint{}
+	}
+	r.points[chart][agent] = append(r.points[chart][agent], chartPoint{n, v})
+	r.writeLocked()
+}
+
+// value returns a figure recorded earlier in this run, by key and agent.
+func (r *resultsBook) value(key string, kubeletSide bool) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, row := range slices.Backward(r.rows) {
+		if row.Key != key {
+			continue
+		}
+		v := row.Volmgr
+		if kubeletSide {
+			v = row.Kubelet
+		}
+		if v != nil {
+			return *v, true
+		}
+	}
+	return 0, false
+}
+
+func resultsDir() string {
+	if d := os.Getenv(EnvResults); d != "" {
+		return d
+	}
+	return filepath.Join("..", "..", "..", "bench-results")
+}
+
+// writeLocked rewrites the results directory; errors are printed, not
+// fatal: the figures are on stdout too.
+func (r *resultsBook) writeLocked() {
+	dir := resultsDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Printf("bench-results: %v\n", err)
+		return
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# csi-volmgr beside the kubelet's volume manager\n\n")
+	fmt.Fprintf(&sb, "Written %s by `make bench-kubelet`; load average at the end: %s.\n\n", time.Now().UTC().Format(time.RFC3339), loadAverage())
+	section := ""
+	for _, row := range r.rows {
+		if row.Section != section {
+			section = row.Section
+			fmt.Fprintf(&sb, "\n### %s\n\n| figure | kubelet | csi-volmgr | kubelet ÷ csi-volmgr |\n|---|---:|---:|---:|\n", section)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", row.Figure, cell(row.Kubelet, row.KubeletNote), cell(row.Volmgr, row.VolmgrNote), ratioCell(row.Ratio))
+	}
+	if len(r.notes) > 0 {
+		sb.WriteString("\n### Notes\n\n")
+		for _, n := range r.notes {
+			fmt.Fprintf(&sb, "- %s\n", n)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(sb.String()), 0o644); err != nil {
+		fmt.Printf("bench-results: %v\n", err)
+	}
+	data, _ := json.MarshalIndent(struct {
+		Rows  []resultRow `json:"rows"`
+		Notes []string    `json:"notes"`
+	}{r.rows, r.notes}, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644); err != nil {
+		fmt.Printf("bench-results: %v\n", err)
+	}
+	for chart, series := range r.points {
+		if err := writeChart(filepath.Join(dir, chart+".svg"), chart, series); err != nil {
+			fmt.Printf("bench-results: %s: %v\n", chart, err)
+		}
+	}
+}
+
+func cell(v *float64, note string) string {
+	switch {
+	case v != nil:
+		return formatValue(*v)
+	case note != "":
+		return note
+	}
+	return "n/a"
+}
+
+func ratioCell(v *float64) string {
+	if v == nil {
+		return ""
+	}
+	return formatValue(*v) + "×"
+}
+
+func formatValue(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 0.01 || a == 0:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+// The charts the results directory holds: their titles and axes.
+var charts = map[string]struct{ title, x, y string }{
+	"latency-vs-n": {"Added latency pod ADD → published, p50 (serial) and burst p99", "pods N", "ms (log)"},
+	"cpu-vs-n":     {"Idle CPU with N volumes published", "volumes N", "CPU s per minute (log)"},
+}
+
+// writeChart draws one chart: a line per agent and series, log-log.
+func writeChart(path, name string, series map[string][]chartPoint) error {
+	c, ok := charts[name]
+	if !ok {
+		c.title, c.x, c.y = name, "N", ""
+	}
+	p := plot.New()
+	p.Title.Text = c.title
+	p.X.Label.Text, p.Y.Label.Text = c.x, c.y
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	for _, label := range slices.Sorted(maps.Keys(series)) {
+		pts := slices.Clone(series[label])
+		pts = slices.DeleteFunc(pts, func(p chartPoint) bool { return p.n <= 0 || p.v <= 0 })
+		if len(pts) == 0 {
+			continue
+		}
+		slices.SortFunc(pts, func(a, b chartPoint) int { return int(math.Copysign(1, a.n-b.n)) })
+		xys := make(plotter.XYs, len(pts))
+		for j, pt := range pts {
+			xys[j].X, xys[j].Y = pt.n, pt.v
+		}
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		color := volmgrColor
+		if strings.HasPrefix(label, kubelet.name) {
+			color = kubeletColor
+		}
+		line.Color, points.Color = color, color
+		if strings.Contains(label, "burst") {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line, points)
+		p.Legend.Add(label, line, points)
+	}
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// The agents' colors in the charts.
+var (
+	kubeletColor = color.RGBA{R: 0xc0, G: 0x39, B: 0x2b, A: 0xff}
+	volmgrColor  = color.RGBA{R: 0x1f, G: 0x5f, B: 0xbf, A: 0xff}
+)
+
+// loadAverage is /proc/loadavg's first three fields.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
