@@ -208,8 +208,14 @@ var charts = map[string]struct{ title, x, y string }{
 	"cpu-vs-n":     {"Idle CPU with N volumes published", "volumes N", "CPU s per minute (log)"},
 }
 
-// writeChart draws one chart: a line per agent and series, log-log.
-func writeChart(path, name string, series map[string][]chartPoint) error {
+// writeChart draws one chart: a line per agent and series, log-log. A
+// chart without a positive point is not drawn.
+func writeChart(path, name string, series map[string][]chartPoint) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("drawing: %v", r)
+		}
+	}()
 	c, ok := charts[name]
 	if !ok {
 		c.title, c.x, c.y = name, "N", ""
@@ -221,6 +227,7 @@ func writeChart(path, name string, series map[string][]chartPoint) error {
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	drawn := false
 	for _, label := range slices.Sorted(maps.Keys(series)) {
 		pts := slices.Clone(series[label])
 		pts = slices.DeleteFunc(pts, func(p chartPoint) bool { return p.n <= 0 || p.v <= 0 })
@@ -246,6 +253,10 @@ func writeChart(path, name string, series map[string][]chartPoint) error {
 		}
 		p.Add(line, points)
 		p.Legend.Add(label, line, points)
+		drawn = true
+	}
+	if !drawn {
+		return nil
 	}
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
 }
