@@ -45,6 +45,13 @@ type Config struct {
 	// cluster instead of watching the referenced ones by name (small
 	// clusters only). Cluster mode only.
 	ClusterWideInformers bool
+	// SettledObjectResync, when positive, ends the by-name watch of a
+	// referenced PVC, PV or VolumeAttachment once it settled (bound,
+	// attached) and reads it again with a GET about this often instead: a
+	// watch costs the API server memory for as long as it is open (issue
+	// 17). 0 watches every referenced object while it is referenced.
+	// Cluster mode only.
+	SettledObjectResync time.Duration
 	// ResyncPeriod is how often every volume is reconciled again, besides
 	// events; 0 means 5m.
 	ResyncPeriod time.Duration

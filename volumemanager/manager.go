@@ -82,6 +82,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
+		SettledObjectResync:   cfg.SettledObjectResync,
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Reconciler:            cfg.Tuning.Reconciler,
 	}

@@ -22,6 +22,7 @@ type RunOptions struct {
 	CSITimeout           time.Duration
 	RemoveTerminating    bool
 	ClusterWideInformers bool
+	SettledObjectResync  time.Duration
 	KubeAPIQPS           float32
 	KubeAPIBurst         int
 	Manifests            string
@@ -42,9 +43,17 @@ func NewRunOptions() *RunOptions {
 		ResyncPeriod:      5 * time.Minute,
 		CSITimeout:        csiclient.DefaultTimeout,
 		RemoveTerminating: false,
-		KubeAPIQPS:        50,
-		KubeAPIBurst:      100,
-		Logging:           logsapi.NewLoggingConfiguration(),
+		// The agent's own client budget (the kubelet's is 50/100, shared
+		// with its status, events and node heartbeats). Its requests follow
+		// the pods: a GET per newly referenced object (a LIST when a burst
+		// needs a large share of a namespace), a status write per pod, a
+		// GET per settled object every --settled-object-resync, nothing
+		// polled. The burst lets a node start or restart its 110 pods
+		// (about 330 requests) without queueing; the rate bounds a runaway.
+		KubeAPIQPS:          100,
+		KubeAPIBurst:        400,
+		SettledObjectResync: 5 * time.Minute,
+		Logging:             logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -60,6 +69,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CSITimeout, "csi-timeout", o.CSITimeout, "Timeout of one CSI call.")
 	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
 	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
+	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "How often a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is read again instead of being watched; 0 watches every referenced object while it is referenced.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
 	o.addModeFlags(fs)

@@ -88,6 +88,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		RegisterNode:          o.RegisterNode,
 		RemoveTerminatingPods: o.RemoveTerminating,
 		ClusterWideInformers:  o.ClusterWideInformers,
+		SettledObjectResync:   o.SettledObjectResync,
 		ResyncPeriod:          o.ResyncPeriod,
 		CSITimeout:            o.CSITimeout,
 		FrontEndpoint:         o.FrontEndpoint,

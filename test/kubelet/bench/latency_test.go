@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -274,8 +275,15 @@ func measureIdle(ctx context.Context, b *testing.B, a *agent, window time.Durati
 // with gc=1 runs one), in bytes.
 func agentMemory(ctx context.Context, b *testing.B, a *agent) (rss, heap float64, ok bool) {
 	b.Helper()
-	if code, _, err := a.proc.get(ctx, "/debug/pprof/heap?gc=1"); err != nil || code != http.StatusOK {
+	code, profile, err := a.proc.get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil || code != http.StatusOK {
 		b.Fatalf("%s: forcing a GC through /debug/pprof/heap?gc=1: %d %v", a.kind.name, code, err)
+	}
+	// Kept for `go tool pprof`: where the heap goes.
+	dir := filepath.Join(resultsDir(), "profiles")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		name := strings.NewReplacer("/", "_", "=", "").Replace(b.Name())
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pb.gz", name, a.kind.short)), profile, 0o644)
 	}
 	r, err := a.proc.rss()
 	if err != nil {

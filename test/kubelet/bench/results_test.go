@@ -57,11 +57,12 @@ type chartPoint struct{ n, v float64 }
 func (r *resultsBook) add(section string, results [][]figure) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, f := range results[0] {
+	for _, f := range firstResults(results) {
 		row := resultRow{Section: section, Figure: strings.TrimSpace(f.name), Key: f.key}
 		var vals [2]figure
 		for i := range agents {
 			v, ok := find(results[i], f.key)
+			v.missing = v.missing || !ok
 			vals[i] = v
 			if !ok {
 				continue

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,6 +41,9 @@ func sideBySide(ctx context.Context, b *testing.B, w *world, sc scenario) {
 	b.Helper()
 	results := make([][]figure, len(agents))
 	for i, kind := range agents {
+		if !selected(kind) {
+			continue
+		}
 		a := startAgent(ctx, b, w, kind)
 		results[i] = sc.run(ctx, b, w, a)
 		if err := a.stop(b, w); err != nil {
@@ -59,11 +64,12 @@ func printTable(b *testing.B, title string, results [][]figure) {
 		fmt.Fprintf(&sb, " %12s", kind.name)
 	}
 	fmt.Fprintf(&sb, " %10s", "ratio")
-	for _, f := range results[0] {
+	for _, f := range firstResults(results) {
 		fmt.Fprintf(&sb, "\n  %-48s", f.name)
 		values := make([]figure, len(agents))
 		for i, kind := range agents {
 			v, ok := find(results[i], f.key)
+			v.missing = v.missing || !ok
 			values[i] = v
 			if !ok || v.missing {
 				text := "n/a"
@@ -107,4 +113,24 @@ func ratio(a, b figure) (float64, bool) {
 // testing package keeps only the first lines of a benchmark's log.
 func details(b *testing.B, title, text string) {
 	fmt.Printf("[%s] %s:%s\n", b.Name(), title, text)
+}
+
+// EnvAgents names an environment variable that restricts the benchmarks
+// to some agents, by name (e.g. "csi-volmgr" while working on it); the
+// table then has no ratio. Default: both.
+const EnvAgents = "KUBELET_BENCH_AGENTS"
+
+func selected(kind *agentKind) bool {
+	s := os.Getenv(EnvAgents)
+	return s == "" || slices.Contains(strings.Split(s, ","), kind.name)
+}
+
+// firstResults is the figures of the first agent that ran.
+func firstResults(results [][]figure) []figure {
+	for _, r := range results {
+		if r != nil {
+			return r
+		}
+	}
+	return nil
 }
