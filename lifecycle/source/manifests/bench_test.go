@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,7 +27,7 @@ func BenchmarkManifestDirectory(b *testing.B) {
 			for i := range triples {
 				writeTriple(b, dir, i, "a")
 			}
-			ctx := klog.NewContext(context.Background(), klog.Background().V(1))
+			ctx := klog.NewContext(b.Context(), klog.Background().V(1))
 			const changes = 100
 			for range b.N {
 				began := time.Now()

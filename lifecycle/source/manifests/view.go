@@ -109,4 +109,3 @@ type changes struct {
 	// drivers are the CSIDriver objects whose policy changed.
 	drivers []string
 }
-
