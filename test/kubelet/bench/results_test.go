@@ -229,6 +229,7 @@ func writeChart(path, name string, series map[string][]chartPoint) (err error) {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	drawn := false
+	minX, maxX, minY, maxY := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, label := range slices.Sorted(maps.Keys(series)) {
 		pts := slices.Clone(series[label])
 		pts = slices.DeleteFunc(pts, func(p chartPoint) bool { return p.n <= 0 || p.v <= 0 })
@@ -239,6 +240,8 @@ func writeChart(path, name string, series map[string][]chartPoint) (err error) {
 		xys := make(plotter.XYs, len(pts))
 		for j, pt := range pts {
 			xys[j].X, xys[j].Y = pt.n, pt.v
+			minX, maxX = math.Min(minX, pt.n), math.Max(maxX, pt.n)
+			minY, maxY = math.Min(minY, pt.v), math.Max(maxY, pt.v)
 		}
 		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
@@ -259,6 +262,10 @@ func writeChart(path, name string, series map[string][]chartPoint) (err error) {
 	if !drawn {
 		return nil
 	}
+	// Explicit ranges, a factor of two around the points: a log axis over
+	// a single value would start at or below zero.
+	p.X.Min, p.X.Max = minX/2, maxX*2
+	p.Y.Min, p.Y.Max = minY/2, maxY*2
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
 }
 
