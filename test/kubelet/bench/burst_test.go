@@ -57,13 +57,16 @@ var baselines = struct {
 //     published, p50 and p99 of create sent → published per pod, or "did
 //     not finish" with how many were published when the cutoff (EnvCutoff)
 //     ended the wait; the agent's CPU time meanwhile;
+//
 //   - steady state, N volumes published: idle CPU (s per minute, over
 //     EnvBurstIdle), RSS and Go heap after a GC, and per volume above the
 //     agent with no pod (N = 0, the first count);
+//
 //   - at N = EnvRestartAt: the agent stopped (SIGTERM) and started again
 //     on the same root directory: time until it is ready and until every
 //     pod's volumes are ready again by its own signal, and the stage and
 //     publish calls the restart made;
+//
 //   - teardown: all N pods deleted at once → everything unstaged and
 //     unmounted (or "did not finish" within EnvTeardownCutoff; the
 //     harness then unmounts what the
@@ -393,4 +396,3 @@ func durationEnv(tb testing.TB, env string, def time.Duration) time.Duration {
 	}
 	return d
 }
-

@@ -29,10 +29,10 @@ type countingProxy struct {
 	addr   string
 
 	// mu guards the fields below.
-	mu       sync.Mutex
-	counts   map[string]int // "VERB resource" → requests
-	open     int
-	maxOpen  int
+	mu      sync.Mutex
+	counts  map[string]int // "VERB resource" → requests
+	open    int
+	maxOpen int
 }
 
 // startProxy starts a proxy to cfg's API server, stopped when tb ends.
