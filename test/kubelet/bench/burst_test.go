@@ -100,7 +100,6 @@ func burstScenario(n int, cutoff, teardownCutoff, idle time.Duration, restart bo
 				baselines.rss[a.kind.name] = figs[2].value
 				baselines.heap[a.kind.name] = figs[3].value
 				baselines.Unlock()
-				book.point("cpu-vs-n", a.kind.name+" idle after burst", 0, figs[0].value)
 				return figs
 			}
 			cpu0 := agentCPU(b, a)
@@ -133,10 +132,8 @@ func burstScenario(n int, cutoff, teardownCutoff, idle time.Duration, restart bo
 				return append(figs, figure{name: "teardown, all pods deleted at once (s)", key: "teardown_s",
 					value: teardown.Seconds(), missing: !done, note: fmt.Sprintf("did not finish in %v", teardownCutoff)})
 			}
-			book.point("latency-vs-n", a.kind.name+" burst, p99", float64(n), ms(d.q(.99)))
 			idleFigs := measureIdle(ctx, b, a, idle)
 			figs = append(figs, idleFigs...)
-			book.point("cpu-vs-n", a.kind.name+" idle after burst", float64(n), idleFigs[0].value)
 			baselines.Lock()
 			rss0, okR := baselines.rss[a.kind.name]
 			heap0, okH := baselines.heap[a.kind.name]

@@ -116,8 +116,6 @@ func serialScenario(n int, idle time.Duration) scenario {
 			}
 			idleFigs := measureIdle(ctx, b, a, idle)
 			figs = append(figs, idleFigs...)
-			book.point("latency-vs-n", a.kind.name+" serial, added p50", float64(n), ms(add.q(.5)))
-			book.point("cpu-vs-n", a.kind.name+" idle after serial", float64(n), idleFigs[0].value)
 			teardown := w.deletePods(ctx, b, a, n)
 			return append(figs, figure{name: "teardown, all pods deleted at once (s)", key: "teardown_s", value: teardown.Seconds()})
 		},

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,14 +29,13 @@ const EnvResults = "KUBELET_BENCH_RESULTS"
 // csi-volmgr / ratio, in the order measured), results.json, and the charts
 // latency-vs-n.svg and cpu-vs-n.svg. A run that stops half-way leaves what
 // it measured so far.
-var book = &resultsBook{points: map[string]map[string][]chartPoint{}}
+var book = &resultsBook{}
 
 type resultsBook struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
-	rows   []resultRow
-	notes  []string
-	points map[string]map[string][]chartPoint // chart → agent → points
+	rows  []resultRow
+	notes []string
 }
 
 // resultRow is one printed row.
@@ -92,17 +92,6 @@ func (r *resultsBook) note(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
-	r.writeLocked()
-}
-
-// point adds a point to a chart's series of one agent.
-func (r *resultsBook) point(chart, agent string, n, v float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.points[chart] == nil {
-		r.points[chart] = map[string][]chartPoint{}
-	}
-	r.points[chart][agent] = append(r.points[chart][agent], chartPoint{n, v})
 	r.writeLocked()
 }
 
@@ -167,11 +156,75 @@ func (r *resultsBook) writeLocked() {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644); err != nil {
 		fmt.Printf("bench-results: %v\n", err)
 	}
-	for chart, series := range r.points {
-		if err := writeChart(filepath.Join(dir, chart+".svg"), chart, series); err != nil {
-			fmt.Printf("bench-results: %s: %v\n", chart, err)
+	for chart, series := range chartSeries(r.rows) {
+		for _, ext := range []string{".svg", ".png"} {
+			if err := writeChart(filepath.Join(dir, chart+ext), chart, series); err != nil {
+				fmt.Printf("bench-results: %s: %v\n", chart, err)
+			}
 		}
 	}
+}
+
+// load reads the rows and notes of results.json, for a book that has none
+// (BenchmarkZZSummary run on its own redraws the charts of an earlier run).
+func (r *resultsBook) load() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	data, err := os.ReadFile(filepath.Join(resultsDir(), "results.json"))
+	if err != nil {
+		return err
+	}
+	var saved struct {
+		Rows  []resultRow `json:"rows"`
+		Notes []string    `json:"notes"`
+	}
+	if err := json.Unmarshal(data, &saved); err != nil {
+		return err
+	}
+	r.rows, r.notes = saved.Rows, saved.Notes
+	r.writeLocked()
+	return nil
+}
+
+// chartSeries derives the charts' points from the rows: per agent, the
+// serial added latency p50 and the burst p99 against the pod count, and
+// the idle CPU after each against the volume count. The count is the
+// number a section's name starts with ("1000 pods created …", "burst: 1000
+// pods …").
+func chartSeries(rows []resultRow) map[string]map[string][]chartPoint {
+	out := map[string]map[string][]chartPoint{}
+	add := func(chart, label string, n, v float64) {
+		if out[chart] == nil {
+			out[chart] = map[string][]chartPoint{}
+		}
+		out[chart][label] = append(out[chart][label], chartPoint{n, v})
+	}
+	for _, row := range rows {
+		burst := strings.HasPrefix(row.Section, "burst: ")
+		n, err := strconv.Atoi(strings.Fields(strings.TrimPrefix(row.Section, "burst: ") + " x")[0])
+		if err != nil {
+			continue
+		}
+		for _, side := range []struct {
+			name string
+			v    *float64
+		}{{kubelet.name, row.Kubelet}, {volmgr.name, row.Volmgr}} {
+			if side.v == nil {
+				continue
+			}
+			switch {
+			case row.Key == "added_p50_ms" && !burst:
+				add("latency-vs-n", side.name+" serial, added p50", float64(n), *side.v)
+			case row.Key == "burst_p99_s" && burst:
+				add("latency-vs-n", side.name+" burst, p99", float64(n), *side.v*1e3)
+			case row.Key == "idle_cpu_s_per_min" && burst:
+				add("cpu-vs-n", side.name+" idle after burst", float64(n), *side.v)
+			case row.Key == "idle_cpu_s_per_min":
+				add("cpu-vs-n", side.name+" idle after serial", float64(n), *side.v)
+			}
+		}
+	}
+	return out
 }
 
 func cell(v *float64, note string) string {
@@ -205,7 +258,7 @@ func formatValue(v float64) string {
 
 // The charts the results directory holds: their titles and axes.
 var charts = map[string]struct{ title, x, y string }{
-	"latency-vs-n": {"Added latency pod ADD → published, p50 (serial) and burst p99", "pods N", "ms (log)"},
+	"latency-vs-n": {"Pod created → volumes published: serial, added p50; burst, p99", "pods N", "ms (log)"},
 	"cpu-vs-n":     {"Idle CPU with N volumes published", "volumes N", "CPU s per minute (log)"},
 }
 
