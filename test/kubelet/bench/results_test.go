@@ -33,7 +33,7 @@ var book = &resultsBook{}
 
 type resultsBook struct {
 	// mu guards the fields below.
-	mu     sync.Mutex
+	mu    sync.Mutex
 	rows  []resultRow
 	notes []string
 }
