@@ -62,6 +62,9 @@ type byNameCache struct {
 type watchItem struct {
 	store  *objectStore
 	cancel context.CancelFunc // nil while no reflector runs
+	// settled marks an object read and cached without a watch (settle.go);
+	// until then it is watched, or about to be once its first read is in.
+	settled bool
 }
 
 var _ objectCache = &byNameCache{}
@@ -135,7 +138,7 @@ func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, ite
 		},
 	)
 	runCtx, cancel := context.WithCancel(ctx)
-	item.cancel = cancel
+	item.cancel, item.settled = cancel, false
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -310,7 +313,7 @@ func (c *byNameCache) stats() (watches, objects int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, item := range c.items {
-		if item.cancel != nil {
+		if !item.settled {
 			watches++
 		}
 		if obj, _ := item.store.get(); obj != nil {

@@ -110,6 +110,7 @@ func (c *byNameCache) firstRead(ctx context.Context, key cache.ObjectName, obj r
 		c.mu.Unlock()
 		return
 	}
+	item.settled = true
 	c.mu.Unlock()
 	// Outside c.mu: the change callback takes the Source's lock, which is
 	// held while the Source calls watch (and so takes c.mu). The store's
@@ -131,6 +132,7 @@ func (c *byNameCache) settle(key cache.ObjectName) {
 		item.cancel = nil
 		item.store.newGeneration()
 	}
+	item.settled = true
 	c.settling.next(key)
 }
 
@@ -141,7 +143,7 @@ func (c *byNameCache) refresh(key cache.ObjectName) {
 	}
 	c.mu.Lock()
 	item, ok := c.items[key]
-	settled := ok && item.cancel == nil
+	settled := ok && item.settled
 	c.mu.Unlock()
 	if settled {
 		c.settling.queue.Add(key)
@@ -153,10 +155,10 @@ func (c *byNameCache) refresh(key cache.ObjectName) {
 func (c *byNameCache) reread(ctx context.Context, key cache.ObjectName) {
 	c.mu.Lock()
 	item, ok := c.items[key]
-	watching := ok && item.cancel != nil
+	settled := ok && item.settled
 	c.mu.Unlock()
-	if !ok || watching {
-		return
+	if !settled {
+		return // unwatched, or watched again meanwhile
 	}
 	obj, err := c.lw.get(ctx, key.Namespace, key.Name)
 	switch {

@@ -74,7 +74,7 @@ type Source struct {
 	caches   map[Kind]objectCache            // PVC, PV, VolumeAttachment
 	runOnce  sync.Once
 
-	// mu protects refs, users, podNames and the subscriber lists.
+	// mu protects refs, users, podNames, podKeys and the subscriber lists.
 	mu sync.Mutex
 	// refs are the references each pod declared.
 	refs map[types.UID]*podRefs
@@ -82,7 +82,9 @@ type Source struct {
 	users map[refKey]map[types.UID]struct{}
 	// podNames maps a pod's namespace/name to its UID, for deletions whose
 	// final state is unknown.
-	podNames           map[cache.ObjectName]types.UID
+	podNames map[cache.ObjectName]types.UID
+	// podKeys is the inverse of podNames: a pod's namespace/name by UID.
+	podKeys            map[types.UID]cache.ObjectName
 	podHandlers        []func(types.UID)
 	attachmentHandlers []func(volume.Name)
 }
@@ -114,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		refs:     make(map[types.UID]*podRefs),
 		users:    make(map[refKey]map[types.UID]struct{}),
 		podNames: make(map[cache.ObjectName]types.UID),
+		podKeys:  make(map[types.UID]cache.ObjectName),
 	}
 	if err := s.setupPods(); err != nil {
 		return nil, err
