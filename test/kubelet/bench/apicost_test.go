@@ -90,7 +90,7 @@ func BenchmarkAPICost(b *testing.B) {
 					{name: "idle: requests per minute", key: "api_idle_per_min", value: perMin(total(id))},
 					{name: "idle: GETs per pod per minute", key: "api_idle_get_per_pod_min", value: perMin(id["GET"]) / apiPods},
 					{name: fmt.Sprintf("heap growth with %d foreign objects (MiB)", foreign), key: "api_foreign_heap_mib", value: (heap1 - heap0) / (1 << 20)},
-					{name: "requests caused by the foreign objects", key: "api_foreign_requests", value: float64(total(fo))},
+					{name: "requests meanwhile (any cause)", key: "api_foreign_requests", value: float64(total(fo))},
 					{name: "per pod torn down: all requests", key: "api_teardown_requests", value: perPod(total(td))},
 				}
 			},
