@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -84,7 +83,7 @@ func startProxy(tb testing.TB, cfg *rest.Config) *countingProxy {
 			fmt.Printf("counting proxy: %v\n", err)
 		}
 	}()
-	tb.Cleanup(func() { _ = p.server.Shutdown(context.Background()); _ = p.server.Close() })
+	tb.Cleanup(func() { _ = p.server.Close() })
 	return p
 }
 
@@ -111,13 +110,6 @@ func (p *countingProxy) take() (map[string]int, int) {
 	counts, maxOpen := p.counts, p.maxOpen
 	p.counts, p.maxOpen = map[string]int{}, p.open
 	return counts, maxOpen
-}
-
-// openWatches is how many watches are open now.
-func (p *countingProxy) openWatches() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.open
 }
 
 // classify names a request "VERB resource": GET (one object), LIST, WATCH,
