@@ -149,14 +149,15 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 	return a
 }
 
-// stop stops the agent (SIGTERM; both leave the volumes mounted) and moves
-// the registration socket back out of its directory.
+// stop stops the agent (SIGTERM; both leave the volumes mounted) if it
+// runs, and moves the registration socket back out of its directory (also
+// after the agent was killed), for the next agent.
 func (a *agent) stop(tb testing.TB, w *world) error {
 	tb.Helper()
-	if !a.proc.running() {
-		return nil
+	var err error
+	if a.proc.running() {
+		err = a.proc.stop()
 	}
-	err := a.proc.stop()
 	if _, serr := os.Stat(filepath.Join(a.regDir, w.socketName())); serr == nil {
 		w.moveSocket(tb, a.regDir, w.holdDir)
 	}
