@@ -17,6 +17,7 @@ VERSION         ?= $(shell git describe --tags --always --dirty 2>/dev/null || e
 LDFLAGS         := -X github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app.version=$(VERSION)
 TESTFLAGS       ?= -race -count=1 -timeout=20m
 FUZZTIME        ?= 20s
+FUZZFLAGS       ?=
 BENCHTIME       ?= 1x
 
 # Integration tests find the control plane here (controller-runtime envtest).
@@ -56,7 +57,7 @@ $(GOLANGCI_LINT):
 ##@ Verify and test
 
 .PHONY: test
-test: fmt-check vet lint k8s-bins test-unit test-sanity ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity.
+test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code.
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-clean.
@@ -66,6 +67,7 @@ fmt-check: ## Fail if any Go file is not gofmt-clean.
 .PHONY: vet
 vet: ## go vet every package.
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/cluster/...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint (config in .golangci.yml).
@@ -84,12 +86,19 @@ test-sanity: ## csi-sanity against the CSI test plugin (and csi-volmgr's front);
 .PHONY: bench
 bench: k8s-bins ## Benchmarks (figures the issues ask for).
 	$(GO) test -p 1 -timeout=60m -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(GO_PKGS)
+	cd test/kubelet && $(GO) test -timeout=30m -run='^$$' -bench=. -benchtime=$(BENCHTIME) ./fsgroup/
+
+# test/kubelet is the separate module that runs the kubelet's own code
+# (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
+.PHONY: test-kubelet-fsgroup
+test-kubelet-fsgroup: ## The fsGroup ownership change against the kubelet's own code, file by file (module test/kubelet).
+	cd test/kubelet && $(GO) vet ./fsgroup/ && $(GO) test $(TESTFLAGS) ./fsgroup/
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME each.
+fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags, e.g. -parallel=1).
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS) $$pkg; \
 	  done; \
 	done
 
@@ -97,25 +106,81 @@ fuzz: ## Run every fuzz target for FUZZTIME each.
 clean: ## Remove build outputs (keeps bin/k8s, which is slow to rebuild).
 	rm -f $(BIN)/csi-volmgr $(BIN)/sanity.log
 
+##@ End to end: a virtual node on a real control plane (root)
+
+E2E_BINS := $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(K8S_BIN)/csi-attacher
+
+.PHONY: e2e-bins
+e2e-bins: k8s-bins $(E2E_BINS) ## Build kube-controller-manager, kube-scheduler and the external-attacher for make e2e (only when missing).
+
+$(K8S_BIN)/kube-controller-manager:
+	cd test/k8s/tools && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+$(K8S_BIN)/kube-scheduler:
+	cd test/k8s/tools && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+$(K8S_BIN)/csi-attacher:
+	cd test/k8s/attacher && $(GO) build -o $@ github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+
+.PHONY: e2e
+e2e: e2e-bins ## The example virtual-kubelet runtime with csi-volmgr on kube-apiserver, kube-controller-manager, kube-scheduler and the external-attacher (test/cluster).
+	$(GO) test -tags e2e $(TESTFLAGS) ./test/cluster/...
+
+.PHONY: e2e-bench
+e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: created→Running p50/p99 and its parts, delete→detached p50.
+	$(GO) test -tags e2e -count=1 -timeout=30m -run='^$$' -bench=BenchmarkVirtualNodePods -benchtime=$(BENCHTIME) ./test/cluster/...
+
 ##@ Demo
 
 .PHONY: run
 run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on examples/standalone/; Ctrl-C tears the volume down and exits.
 	BIN=$(BIN) GO=$(GO) LDFLAGS='$(LDFLAGS)' examples/standalone/run.sh
 
-##@ Container image and kind (need Docker and kind; not part of `make test`)
+##@ Container images and kind (need root; not part of `make test`)
+#
+# Everything is built here from Go modules and Debian packages: no image
+# registry is reachable. deploy/kind/image/README.md says how, README.md (Run
+# under kind) what the builds cost. Outputs are cached in bin/kind and Docker.
+
+KIND_NODE_IMAGE ?= csi-volmgr-kind/node:v1.37.2
+IMAGE           ?= csi-volmgr:kind
+KIND_BUILD      := deploy/kind/image/build.sh
+KIND_ENV         = KIND="$$($(KIND_BUILD) kind)" KUBECTL=$(K8S_BIN)/kubectl KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) IMAGE=$(IMAGE)
+
+.PHONY: docker
+docker: ## Start dockerd unless one answers (installs Debian's docker.io if missing); `make kind-down` stops only a dockerd it started.
+	deploy/kind/dockerd.sh start
 
 .PHONY: image
-image: ## Build the agent's container image (IMAGE, default csi-volmgr:kind) with Docker.
-	docker build --build-arg VERSION=$(VERSION) -t $(or $(IMAGE),csi-volmgr:kind) .
+image: docker ## Build the agent's image (IMAGE, default csi-volmgr:kind): a static binary on an empty base.
+	mkdir -p $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/csi-volmgr ./cmd/csi-volmgr
+	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE) -f Dockerfile $(BIN)/image
+
+.PHONY: image-testplugin
+image-testplugin: docker ## Build the CSI test plugin's image csi-volmgr-testplugin:kind.
+	mkdir -p $(BIN)/image-testplugin
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o $(BIN)/image-testplugin/csi-testplugin ./test/plugin/cmd/csi-testplugin
+	DOCKER_BUILDKIT=0 docker build -q -t csi-volmgr-testplugin:kind -f deploy/kind/image/testplugin.Dockerfile $(BIN)/image-testplugin
+
+.PHONY: kind-image
+kind-image: docker ## Build the kind node image KIND_NODE_IMAGE (Kubernetes v1.37.2) from sources; cached, long the first time.
+	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) $(KIND_BUILD) node
+
+.PHONY: kind-deploy-images
+kind-deploy-images: docker ## Build the images deploy/kind uses besides ours: external-attacher, external-provisioner, a shell.
+	$(KIND_BUILD) deploy-images
 
 .PHONY: kind-up
-kind-up: image $(K8S_BIN)/kubectl ## Create the kind cluster, load the image, deploy deploy/kind (agent for the virtual node + hostpath driver).
-	IMAGE=$(or $(IMAGE),csi-volmgr:kind) KUBECTL=$(K8S_BIN)/kubectl deploy/kind/up.sh
+kind-up: kind-image kind-deploy-images image image-testplugin $(K8S_BIN)/kubectl ## Create the kind cluster, load the images, deploy deploy/kind (agent for the virtual node + CSI test plugin).
+	$(KIND_ENV) deploy/kind/up.sh
 
 .PHONY: kind-e2e
-kind-e2e: kind-up ## Under kind: the example pod's volume on the virtual node is published, mounted on the host, torn down.
-	KUBECTL=$(K8S_BIN)/kubectl deploy/kind/e2e.sh
+kind-e2e: kind-up ## Under kind: pods of one StorageClass on the virtual node (csi-volmgr) and on a kubelet node: attached, staged, published, torn down, detached.
+	$(KIND_ENV) deploy/kind/e2e.sh
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster; stop dockerd if `make docker` started it.
+	if docker info >/dev/null 2>&1; then $(KIND_ENV) deploy/kind/down.sh; fi
+	deploy/kind/dockerd.sh stop
 
 ##@ Kubelet baseline (issue 17; separate module test/kubelet, not part of `make test`)
 
@@ -134,3 +199,18 @@ bench-kubelet: k8s-bins ## csi-volmgr beside the real kubelet's volume manager, 
 	  KUBELET_VOLUMES_BINARY=$(BIN)/kubelet-volumes KUBELET_BENCH_RESULTS=$(KUBELET_BENCH_RESULTS) \
 	  unshare -m --propagation private -- \
 	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run=. -bench=. -benchtime=1x ./bench/ 2>&1 | tee $(KUBELET_BENCH_RESULTS).log
+
+##@ Reliability (issue 16; not part of `make test`, see docs/reliability.md)
+
+SEED     ?= 0
+DURATION ?= 10m
+OPS      ?= 0
+KILLS    ?= 0
+CHAOS_LOGS ?= $(BIN)/chaos-logs
+
+.PHONY: chaos
+chaos: k8s-bins ## Chaos run (root): the agent (-race), a real API server, the test plugins, nemeses at random moments. SEED= (0: from the clock, printed), DURATION=, OPS= and KILLS= (stop once both are reached).
+	$(GO) build -race -o $(BIN)/csi-volmgr-race ./cmd/csi-volmgr
+	$(GO) build -o $(BIN)/chaos ./test/chaos/cmd/chaos
+	CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr-race GORACE=halt_on_error=1 $(BIN)/chaos -seed=$(SEED) -duration=$(DURATION) \
+	  -ops=$(OPS) -kills=$(KILLS) -logs=$(CHAOS_LOGS) -report=$(BIN)/chaos-report.md

@@ -44,9 +44,11 @@ type Config struct {
 // with typed node calls that return classified errors (see errors.go).
 //
 // Every call, including those made through Identity, Controller and
-// GroupController, goes through the same interceptors: the request and reply
-// are logged at V(5) with secrets stripped (csi-lib-utils connection.LogGRPC)
-// and, when Config.Metrics is set, the call's latency is recorded. Nothing
+// GroupController, goes through the same path: the request and reply are
+// logged at V(5) with secrets and volume_context credentials replaced
+// (redact.CSI; csi-lib-utils' LogGRPC interceptor is kept quiet, it strips
+// csi_secret fields only) and, when Config.Metrics is set, the call's
+// latency is recorded. Nothing
 // else in this package logs a CSI message. Every call is bounded by
 // Config.Timeout unless the caller's context ends earlier.
 //

@@ -9,6 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 )
 
 const (
@@ -51,11 +54,18 @@ type callConn struct {
 var _ grpc.ClientConnInterface = callConn{}
 
 // Invoke implements grpc.ClientConnInterface. The call gets a deadline of
-// now+timeout unless ctx already has an earlier one.
+// now+timeout unless ctx already has an earlier one. The request and the
+// reply are logged here at V(5), with secrets and volume_context
+// credentials replaced (redact.CSI); csi-lib-utils' own LogGRPC, which
+// strips only csi_secret fields, gets a logger that keeps it quiet.
 func (c callConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return c.conn.Invoke(ctx, method, args, reply, opts...)
+	logger := klog.FromContext(ctx)
+	logger.V(5).Info("GRPC call", "method", method, "request", redact.CSI(args))
+	err := c.conn.Invoke(redact.Quiet(ctx, redact.CSIMessages), method, args, reply, opts...)
+	logger.V(5).Info("GRPC response", "method", method, "response", redact.CSI(reply), "err", err)
+	return err
 }
 
 // NewStream implements grpc.ClientConnInterface. CSI has no streaming

@@ -23,11 +23,19 @@ type kindCluster struct {
 	} `json:"nodes"`
 }
 
-// TestKindPairing checks that the pieces of deploy/kind fit together, since
-// kind cannot run here: the agent serves the virtual node, the hostpath
-// driver runs on the agent's host, registers into the agent's registration
-// directory and mounts where the agent looks, and the example pod lands on
-// the virtual node with a claim of the driver.
+// The kubelet's directories on a kind node.
+const (
+	kubeletRegistrationDir = "/var/lib/kubelet/plugins_registry"
+	kubeletRootDir         = "/var/lib/kubelet"
+)
+
+// TestKindPairing checks that the pieces of deploy/kind fit together without
+// running kind (make kind-e2e does that): the agent serves the virtual node;
+// the CSI test plugin runs on the agent's host, registers where both the
+// agent and that host's kubelet look, and mounts where each of them
+// publishes; its sidecars reach its socket; the example pods land on the
+// virtual node and on the agent's host with claims of the plugin's
+// StorageClass.
 func TestKindPairing(t *testing.T) {
 	objs := render(t, "kind")
 	ds, agent := agentDaemonSet(t, objs)
@@ -42,6 +50,9 @@ func TestKindPairing(t *testing.T) {
 	rootHost, _ := hostPathMount(t, ds.Spec.Template.Spec, agent, root)
 	reg, _ := flagValue(agent.Args, "registration-dir")
 	regHost, _ := hostPathMount(t, ds.Spec.Template.Spec, agent, reg)
+	if filepath.Clean(regHost.Path) != kubeletRegistrationDir {
+		t.Errorf("the agent watches host path %s for registrations, want the kubelet's %s: the host's drivers serve both", regHost.Path, kubeletRegistrationDir)
+	}
 
 	// The host the agent runs on is a kind worker with the agent's label.
 	data, err := os.ReadFile(filepath.Join("kind", "cluster.yaml"))
@@ -63,38 +74,49 @@ func TestKindPairing(t *testing.T) {
 	}
 
 	// The driver.
-	sts := convert[appsv1.StatefulSet](t, find(t, objs, "StatefulSet", agentNamespace, "csi-hostpathplugin"))
+	sts := convert[appsv1.StatefulSet](t, find(t, objs, "StatefulSet", agentNamespace, "csi-testplugin"))
 	spec := sts.Spec.Template.Spec
 	if !matches(ds.Spec.Template.Spec.NodeSelector, spec.NodeSelector) || len(spec.NodeSelector) == 0 {
 		t.Errorf("the driver's nodeSelector %v does not put it on the agent's host (%v)", spec.NodeSelector, ds.Spec.Template.Spec.NodeSelector)
 	}
-	plugin := container(t, spec, "hostpath")
-	registrar := container(t, spec, "node-driver-registrar")
-	driverName, _ := flagValue(plugin.Args, "drivername")
-	if nodeID, _ := flagValue(plugin.Args, "nodeid"); nodeID != virtualNode {
-		t.Errorf("hostpath --nodeid=%q, want the virtual node %q", nodeID, virtualNode)
+	plugin := container(t, spec, "testplugin")
+	driverName, _ := flagValue(plugin.Args, "name")
+	if nodeID, _ := flagValue(plugin.Args, "node-id"); nodeID != "$(NODE_NAME)" || !envFromNodeName(plugin, "NODE_NAME") {
+		t.Errorf("--node-id=%q: want the host's node name, $(NODE_NAME) from spec.nodeName, the storage node of both the kubelet and the agent", nodeID)
 	}
-	socket, _ := flagValue(registrar.Args, "kubelet-registration-path")
-	if filepath.Dir(filepath.Clean(socket)) == filepath.Clean(socket) || !below(socket, rootHost.Path) {
-		t.Errorf("--kubelet-registration-path=%s is not below the agent's root %s: the agent cannot dial it", socket, rootHost.Path)
+	pluginReg, _ := flagValue(plugin.Args, "registration-dir")
+	if host, _ := hostPathFor(t, spec, plugin, pluginReg); host != filepath.Clean(regHost.Path) {
+		t.Errorf("the plugin registers into host path %s, the agent watches %s", host, regHost.Path)
 	}
-	csiAddr, _ := flagValue(registrar.Args, "csi-address")
-	socketDir, _ := hostPathMount(t, spec, registrar, filepath.Dir(csiAddr))
-	if filepath.Clean(socketDir.Path) != filepath.Dir(filepath.Clean(socket)) {
-		t.Errorf("the registrar's --csi-address dir is host path %s, but it registers %s", socketDir.Path, socket)
+	// The kubelet and the agent dial the endpoint the plugin reports: it
+	// must be the same path on the host and in the agent's container.
+	endpoint, _ := flagValue(plugin.Args, "endpoint")
+	if host, _ := hostPathFor(t, spec, plugin, endpoint); host != filepath.Clean(endpoint) {
+		t.Errorf("the plugin's endpoint %s is host path %s: the kubelet and the agent could not dial it", endpoint, host)
 	}
-	regDir, _ := hostPathMount(t, spec, registrar, "/registration")
-	if filepath.Clean(regDir.Path) != filepath.Clean(regHost.Path) {
-		t.Errorf("the registrar registers into host path %s, the agent watches %s", regDir.Path, regHost.Path)
+	if !below(endpoint, rootHost.Path) {
+		t.Errorf("--endpoint=%s is not below the agent's root %s: the agent cannot dial it", endpoint, rootHost.Path)
 	}
-	for _, sub := range []string{"pods", "plugins"} {
-		path := filepath.Join(root, sub)
-		host, m := hostPathMount(t, spec, plugin, path)
-		if filepath.Clean(host.Path) != filepath.Join(rootHost.Path, sub) {
-			t.Errorf("the driver mounts host path %s at %s, want %s", host.Path, path, filepath.Join(rootHost.Path, sub))
+	for _, root := range []struct{ inPlugin, host string }{{root, rootHost.Path}, {kubeletRootDir, kubeletRootDir}} {
+		for _, sub := range []string{"pods", "plugins"} {
+			path := filepath.Join(root.inPlugin, sub)
+			host, m := hostPathFor(t, spec, plugin, path)
+			if host != filepath.Join(root.host, sub) {
+				t.Errorf("the driver sees host path %s at %s, want %s", host, path, filepath.Join(root.host, sub))
+			}
+			if m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional {
+				t.Errorf("the driver's mount %s must be Bidirectional so that its mounts reach the host", m.MountPath)
+			}
 		}
-		if m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional {
-			t.Errorf("the driver's %s mount must be Bidirectional so that its mounts reach the agent", path)
+	}
+	if v, _ := flagValue(plugin.Args, "controller-publish-unpublish"); v != "true" {
+		t.Error("the plugin needs --controller-publish-unpublish to pair with csi-attacher")
+	}
+	for _, name := range []string{"csi-attacher", "csi-provisioner"} {
+		sidecar := container(t, spec, name)
+		addr, _ := flagValue(sidecar.Args, "csi-address")
+		if host, _ := hostPathFor(t, spec, sidecar, addr); host != filepath.Clean(endpoint) {
+			t.Errorf("%s --csi-address=%s is host path %s, the plugin serves %s", name, addr, host, endpoint)
 		}
 	}
 
@@ -103,40 +125,95 @@ func TestKindPairing(t *testing.T) {
 	if drv.Spec.AttachRequired == nil || !*drv.Spec.AttachRequired {
 		t.Errorf("CSIDriver %s: want attachRequired, so that the VolumeAttachment path is exercised", driverName)
 	}
-	if enable, _ := flagValue(plugin.Args, "enable-attach"); enable != "true" {
-		t.Error("hostpath needs --enable-attach to pair with csi-attacher")
-	}
 
-	// The example workload.
+	// The example workloads: one StorageClass, a pod on the virtual node and
+	// one on the agent's host, each with its claim.
 	example := render(t, filepath.Join("kind", "example"))
 	sc := ofKind[storagev1.StorageClass](t, example, "StorageClass")
-	pvc := ofKind[corev1.PersistentVolumeClaim](t, example, "PersistentVolumeClaim")
-	pod := ofKind[corev1.Pod](t, example, "Pod")
-	if len(sc) != 1 || len(pvc) != 1 || len(pod) != 1 {
-		t.Fatalf("example: want one StorageClass, PVC and Pod, got %d, %d, %d", len(sc), len(pvc), len(pod))
+	pvcs := ofKind[corev1.PersistentVolumeClaim](t, example, "PersistentVolumeClaim")
+	pods := ofKind[corev1.Pod](t, example, "Pod")
+	if len(sc) != 1 || len(pvcs) != 2 || len(pods) != 2 {
+		t.Fatalf("example: want one StorageClass, two PVCs and two Pods, got %d, %d, %d", len(sc), len(pvcs), len(pods))
 	}
 	if sc[0].Provisioner != driverName {
 		t.Errorf("StorageClass provisioner %q, want %q", sc[0].Provisioner, driverName)
 	}
 	if sc[0].VolumeBindingMode == nil || *sc[0].VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
-		t.Error("StorageClass: want WaitForFirstConsumer, so that the volume gets the virtual node's topology")
+		t.Error("StorageClass: want WaitForFirstConsumer, so that the volume gets the topology of the pod's node")
 	}
-	if pvc[0].Spec.StorageClassName == nil || *pvc[0].Spec.StorageClassName != sc[0].Name {
-		t.Errorf("PVC storageClassName %v, want %q", pvc[0].Spec.StorageClassName, sc[0].Name)
-	}
-	p := pod[0]
-	if p.Spec.NodeSelector[corev1.LabelHostname] != virtualNode {
-		t.Errorf("example pod nodeSelector %v does not select %s", p.Spec.NodeSelector, virtualNode)
-	}
-	if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
-		return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc[0].Name
-	}) {
-		t.Errorf("example pod does not use PVC %s", pvc[0].Name)
+	claims := map[string]bool{}
+	for _, pvc := range pvcs {
+		if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != sc[0].Name {
+			t.Errorf("PVC %s storageClassName %v, want %q", pvc.Name, pvc.Spec.StorageClassName, sc[0].Name)
+		}
+		claims[pvc.Name] = true
 	}
 	taint := virtualNodeTaint(t)
-	if !slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
-		t.Errorf("example pod does not tolerate the virtual node's taint %s", taint.ToString())
+	var onVirtual, onHost int
+	for _, p := range pods {
+		used := 0
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] {
+				delete(claims, v.PersistentVolumeClaim.ClaimName)
+				used++
+			}
+		}
+		if used != 1 {
+			t.Errorf("example pod %s uses %d claims of its own, want 1", p.Name, used)
+		}
+		switch {
+		case p.Spec.NodeSelector[corev1.LabelHostname] == virtualNode:
+			onVirtual++
+			if !slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
+				t.Errorf("example pod %s does not tolerate the virtual node's taint %s", p.Name, taint.ToString())
+			}
+		case len(p.Spec.NodeSelector) > 0 && matches(p.Spec.NodeSelector, ds.Spec.Template.Spec.NodeSelector):
+			onHost++
+		default:
+			t.Errorf("example pod %s nodeSelector %v selects neither %s nor the agent's host", p.Name, p.Spec.NodeSelector, virtualNode)
+		}
 	}
+	if onVirtual != 1 || onHost != 1 {
+		t.Errorf("example: %d pods on %s and %d on the agent's host, want one each", onVirtual, virtualNode, onHost)
+	}
+}
+
+// hostPathFor returns the host path that path is in the container, through
+// the hostPath volume mounted at it or at the deepest directory above it,
+// with that mount.
+func hostPathFor(tb testing.TB, spec corev1.PodSpec, c *corev1.Container, path string) (string, corev1.VolumeMount) {
+	tb.Helper()
+	path = filepath.Clean(path)
+	var best *corev1.VolumeMount
+	for i, m := range c.VolumeMounts {
+		mp := filepath.Clean(m.MountPath)
+		if (mp == path || below(path, mp)) && (best == nil || len(mp) > len(filepath.Clean(best.MountPath))) {
+			best = &c.VolumeMounts[i]
+		}
+	}
+	if best == nil {
+		tb.Fatalf("container %s mounts nothing at or above %s", c.Name, path)
+		return "", corev1.VolumeMount{}
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == best.Name && v.HostPath != nil {
+			rel, err := filepath.Rel(filepath.Clean(best.MountPath), path)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return filepath.Join(v.HostPath.Path, rel), *best
+		}
+	}
+	tb.Fatalf("container %s mounts %s from volume %s, which is not a hostPath", c.Name, best.MountPath, best.Name)
+	return "", corev1.VolumeMount{}
+}
+
+// envFromNodeName tells whether the container's variable name is the pod's
+// spec.nodeName.
+func envFromNodeName(c *corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	})
 }
 
 // virtualNodeTaint is the taint that kind/up.sh puts on the virtual node

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
 const (
@@ -51,21 +53,29 @@ func TestAgentWithDaemonSetRBAC(t *testing.T) {
 		name := map[bool]string{true: "watch-list", false: "list-and-watch"}[watchList]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
-			defer cancel()
-			s := newScenario(t, env, agent, grants, watchList)
-			if err := s.run(ctx); err != nil {
-				t.Fatal(err)
-			}
-			denied, err := audit.Denied(s.User)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, ev := range denied {
-				t.Errorf("denied: %s (%s)", ev.access(), ev.RequestURI)
-			}
+			runWithoutDenials(t, env, audit, agent, grants, watchList)
 		})
 	}
+}
+
+// runWithoutDenials runs the scenario with the agent and grants and fails
+// t for every request of the agent the API server denied.
+func runWithoutDenials(t *testing.T, env *k8stest.Env, audit *auditLog, agent *corev1.Container, grants []grant, watchList bool) *scenario {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
+	defer cancel()
+	s := newScenario(t, env, agent, grants, watchList)
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	denied, err := audit.Denied(s.User)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range denied {
+		t.Errorf("denied: %s (%s)", ev.access(), ev.RequestURI)
+	}
+	return s
 }
 
 // TestAgentRBACLeastPrivilege removes each verb of each resource of the

@@ -79,7 +79,7 @@ func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants
 	t.Helper()
 	f := env.NewFixture(t)
 	sa := corev1.ObjectReference{Namespace: f.Namespace, Name: agentName}
-	installGrants(t, env, grants, f.Namespace, sa.Namespace, sa.Name)
+	installGrants(t, env, inNamespace(grants, f.Namespace), f.Namespace, sa.Namespace, sa.Name)
 	s := &scenario{
 		t: t, env: env, f: f,
 		User:   env.ImpersonateServiceAccount(sa.Namespace, sa.Name).Impersonate.UserName,
@@ -94,7 +94,7 @@ func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants
 			t.Fatal(err)
 		}
 	}
-	caps := plugin.Capabilities{StageUnstage: true}
+	caps := plugin.Capabilities{StageUnstage: true, Expand: true}
 	s.Plugin = plugintest.Start(t, plugintest.Options{
 		Name: s.Driver, NodeID: f.NodeName, Capabilities: &caps, RegistrationDir: filepath.Join(dir, "reg"),
 	})
@@ -311,6 +311,7 @@ func (s *scenario) run(ctx context.Context) error {
 	}{
 		{"the virtual Node is registered", s.nodeRegistered},
 		{"the pod's volume is published", s.podPublished},
+		{"the resized claim's file system is expanded", s.claimExpanded},
 		{"the pod's deletion is completed after teardown", s.podDeleted},
 		{"the driver is removed from the CSINode", s.driverRemoved},
 		{"the node Lease is renewed", s.leaseRenewed},
@@ -443,6 +444,59 @@ func (s *scenario) podPublished(ctx context.Context) error {
 			}
 		}
 		return fmt.Errorf("no FailedMount Event of the pod counted %d times among %d Events", publishFailures, len(events.Items))
+	})
+}
+
+// claimExpanded resizes the pod's claim as the external-resizer does
+// (allocatedResources, ControllerExpandVolume, the PV's capacity,
+// NodeResizePending) and waits until the agent has expanded the volume on
+// the node and written the claim's new capacity.
+func (s *scenario) claimExpanded(ctx context.Context) error {
+	c, ns := s.f.Client, s.f.Namespace
+	size := resource.MustParse("2Gi")
+	setStatus := func(rs corev1.ClaimResourceStatus) error {
+		pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: size}
+		pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: rs}
+		_, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+		return err
+	}
+	if err := setStatus(corev1.PersistentVolumeClaimControllerResizeInProgress); err != nil {
+		return fmt.Errorf("starting the resize: %w", err)
+	}
+	conn, err := s.Plugin.Dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := csi.NewControllerClient(conn).ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
+		VolumeId: s.Handle, CapacityRange: &csi.CapacityRange{RequiredBytes: size.Value()},
+	}); err != nil {
+		return fmt.Errorf("ControllerExpandVolume: %w", err)
+	}
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, s.PVName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pv.Spec.Capacity[corev1.ResourceStorage] = size
+	if _, err := c.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating the PV's capacity: %w", err)
+	}
+	if err := setStatus(corev1.PersistentVolumeClaimNodeResizePending); err != nil {
+		return fmt.Errorf("asking for node expansion: %w", err)
+	}
+	return s.eventually(ctx, func(ctx context.Context) error {
+		pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := pvc.Status.Capacity[corev1.ResourceStorage]; got.Cmp(size) != 0 || pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] != "" {
+			return fmt.Errorf("PVC status capacity %s, allocatedResourceStatuses %v", got.String(), pvc.Status.AllocatedResourceStatuses)
+		}
+		return nil
 	})
 }
 

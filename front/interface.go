@@ -34,6 +34,9 @@ type NodeQueries interface {
 	// VolumeStats returns the stats of a volume staged or published at
 	// req's volume_path.
 	VolumeStats(ctx context.Context, driver string, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error)
+	// VolumeHealth returns the health of a volume this node staged or
+	// published (at req's paths, when it names them).
+	VolumeHealth(ctx context.Context, driver string, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error)
 	// ExpandVolume expands a volume staged or published at req's volume_path.
 	ExpandVolume(ctx context.Context, driver string, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error)
 	// NodeCapabilities returns driver's node capabilities.

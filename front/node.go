@@ -131,9 +131,23 @@ func (n *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	return n.s.cfg.Operations.ExpandVolume(ctx, n.s.cfg.Driver, req)
 }
 
+// NodeGetVolumeHealth asks the backend for the health of a volume this
+// node has staged or published (at the paths the request names, looked up
+// as by NodeGetVolumeStats).
+func (n *nodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	if err := firstError(
+		required("volume_id", req.GetVolumeId()),
+		optionalPath("volume_publish_path", req.GetVolumePublishPath()),
+		optionalPath("staging_target_path", req.GetStagingTargetPath()),
+	); err != nil {
+		return nil, err
+	}
+	return n.s.cfg.Operations.VolumeHealth(ctx, n.s.cfg.Driver, req)
+}
+
 // NodeGetCapabilities returns the backend's node capabilities, except
-// GET_VOLUME_HEALTH and GET_STORAGE_HEALTH: the front endpoint does not
-// serve NodeGetVolumeHealth and NodeGetStorageHealth.
+// GET_STORAGE_HEALTH: the front endpoint does not serve
+// NodeGetStorageHealth.
 func (n *nodeServer) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	caps, err := n.s.cfg.Operations.NodeCapabilities(ctx, n.s.cfg.Driver)
 	if err != nil {
@@ -141,7 +155,7 @@ func (n *nodeServer) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapa
 	}
 	resp := &csi.NodeGetCapabilitiesResponse{}
 	for _, t := range caps.Types() {
-		if t == csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH || t == csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH {
+		if t == csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH {
 			continue
 		}
 		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{

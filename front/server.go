@@ -12,13 +12,13 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -227,7 +227,7 @@ func (s *Server) intercept(base klog.Logger) grpc.UnaryServerInterceptor {
 		method := path.Base(info.FullMethod)
 		logger := base.WithValues("method", method)
 		ctx = klog.NewContext(ctx, logger)
-		logger.V(5).Info("CSI call", "request", protosanitizer.StripSecrets(req))
+		logger.V(5).Info("CSI call", "request", redact.CSI(req))
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		err = toGRPCError(err)
@@ -237,7 +237,7 @@ func (s *Server) intercept(base klog.Logger) grpc.UnaryServerInterceptor {
 			logger.V(5).Info("CSI call failed", "code", code.String(), "err", err)
 			return nil, err
 		}
-		logger.V(5).Info("CSI call succeeded", "response", protosanitizer.StripSecrets(resp))
+		logger.V(5).Info("CSI call succeeded", "response", redact.CSI(resp))
 		return resp, nil
 	}
 }

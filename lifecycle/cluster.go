@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/expand"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/podfinalizer"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
@@ -22,9 +23,11 @@ import (
 // deletion of pods whose volumes are torn down.
 type clusterMode struct {
 	src    *source.Source
+	node   *source.Node
 	conds  *status.PodConditions
 	events *status.Events
 	inUse  *status.VolumesInUse
+	expand *expand.Expander
 	// fin is nil without CompletePodDeletion.
 	fin *podfinalizer.Finalizer
 	in  inputs
@@ -37,7 +40,11 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, fmt.Errorf("start sources: %w", err)
 	}
-	c := &clusterMode{src: src}
+	node, err := source.NewNode(client, m.cfg.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterMode{src: src, node: node}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
 		Client: client, Queue: queues,
 		CachedPod: func(namespace, name string) *corev1.Pod {
@@ -70,14 +77,21 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: client, NodeName: m.cfg.NodeName}); err != nil {
 		return nil, err
 	}
+	watchAttachLimits(m, src)
+	if c.expand, err = newExpander(m, src, c.events, queues); err != nil {
+		c.events.Shutdown()
+		return nil, err
+	}
 	c.in = inputs{
 		source:      src,
+		node:        node,
 		attachments: src.Attachments(),
 		secrets:     source.NewSecrets(client),
-		tokens:      tokenRequester{client: client},
+		tokens:      newCachedTokens(tokenRequester{client: client}, m.cfg.Changes.TokenClock),
 		status:      statusWriter,
 		events:      c.events,
 		inUse:       c.inUse,
+		expander:    c.expand,
 	}
 	return c, nil
 }
@@ -89,10 +103,15 @@ func (c *clusterMode) steps(ops *operations.Operations) reconciler.Operations { 
 func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	// Subscribed before the sources start, so no change is missed.
 	c.src.OnAttachmentChange(rec.AttachmentChanged)
+	// A pod's or the Node's next change restores what others overwrote.
+	c.src.OnPodChange(c.conds.Recheck)
+	c.node.OnUpdate(c.inUse.NodeChanged)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.Run(ctx) })
+	wg.Go(func() { c.node.Run(ctx) })
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
+	wg.Go(func() { c.expand.Run(ctx, 2) })
 	if c.fin != nil {
 		wg.Go(func() { c.fin.Run(ctx) })
 	}

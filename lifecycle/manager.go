@@ -17,11 +17,15 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/republish"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -79,6 +83,13 @@ type Config struct {
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion, for nodes that have no kubelet.
 	RemoveTerminatingPods bool
+	// WaitForContainersStopped is set when a runtime runs the pods'
+	// containers: a pod's volumes are torn down once the runtime said its
+	// containers stopped (ContainersStopped), the pod is terminal or it left
+	// the node, never only because it is marked for deletion.
+	WaitForContainersStopped bool
+	// PodObserver, when set, is told of every change of a pod's volumes.
+	PodObserver PodObserver
 	// CompletePodDeletion deletes a pod marked for deletion (grace period
 	// 0, UID precondition) once its volumes are torn down, as a kubelet does
 	// after its containers stop: for nodes where the agent is the only
@@ -94,6 +105,14 @@ type Config struct {
 	SettledObjectResync time.Duration
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
+	// Changes tunes what is done for volumes that change while in use.
+	Changes ChangesConfig
+	// AttachLimits, when set, is told of attaches that failed for the
+	// node's volume limit (cluster mode).
+	AttachLimits AttachLimits
+	// SELinux turns pods' SELinux options into the context= their PVs are
+	// mounted with; nil asks the host (selinux.Host).
+	SELinux selinux.Translator
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.
@@ -135,6 +154,10 @@ type Manager struct {
 	pop     *populator.Populator
 	ops     *operations.Operations
 	rec     *reconciler.Reconciler
+	checker *mountcheck.Checker
+	stats   *stats.Collector
+	// republisher publishes requiresRepublish drivers' volumes again.
+	republisher *republish.Republisher
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.
@@ -167,6 +190,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	ownership, err := metrics.NewOwnership(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
 	if cfg.Standalone != nil {
 		m.mode, err = newStandaloneMode(ctx, m)
@@ -177,9 +204,15 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	in := m.mode.inputs()
+	var seLinux selinux.Translator = selinux.Host{}
+	if cfg.SELinux != nil {
+		seLinux = cfg.SELinux
+	}
 	if m.pop, err = populator.New(populator.Config{
 		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
+		WaitForContainersStopped: cfg.WaitForContainersStopped,
+		Node:                     in.node, SELinux: seLinux,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -193,13 +226,26 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Tokens:      in.tokens,
 		Mounts:      m.mounter,
 		Observer:    met,
+		Ownership:   ownership,
+		// The reconciler exists by the time a publish reports progress.
+		OnProgress: func(key volume.PodKey) { m.rec.PodStatusChanged(key.Pod) },
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	rcfg := cfg.Reconciler
-	rcfg.Desired, rcfg.Actual, rcfg.Operations = m.desire, m.world, m.mode.steps(m.ops)
+	rcfg.Desired, rcfg.Actual = m.desire, m.world
+	if rcfg.Operations, err = m.newMountChecker(in, m.mode.steps(m.ops)); err != nil {
+		return nil, errors.Join(err, m.mode.close())
+	}
 	rcfg.Policies, rcfg.Drivers, rcfg.Synced = cfg.Policies, registered{cfg.Drivers}, m.pop.Synced()
-	rcfg.Status, rcfg.Events, rcfg.InUse = in.status, in.events, in.inUse
+	rcfg.Settled = m.pop.Settled
+	rcfg.Status, rcfg.Events, rcfg.InUse = observe(in.status, cfg.PodObserver), in.events, in.inUse
+	if in.expander != nil {
+		rcfg.Expander = in.expander
+	}
+	if m.stats != nil {
+		rcfg.Health = m.stats
+	}
 	rcfg.Ready = met
 	if cfg.Reconciler.Ready != nil {
 		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}
@@ -212,6 +258,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, errors.Join(err, m.mode.close())
 	}
 	m.desire.Subscribe(m.rec.DesiredStateHandler())
+	m.desire.Subscribe(dsw.Handler{PodVolume: m.interruptUnwanted})
 	cfg.Policies.OnChange(m.rec.PolicyChanged)
 	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
 	return m, nil
@@ -264,6 +311,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { m.rec.Run(ctx) })
+	wg.Go(func() { m.runChanges(ctx) })
 	wg.Go(func() {
 		select {
 		case <-ctx.Done():
@@ -294,6 +342,15 @@ func (m *Manager) volumeInUse(name volume.Name) bool {
 	}
 	_, held := m.world.Volume(name)
 	return held
+}
+
+// interruptUnwanted interrupts the fsGroup ownership change of a pod's
+// volume that the pod no longer wants (it was deleted): its unpublish need
+// not wait for the walk.
+func (m *Manager) interruptUnwanted(key volume.PodKey) {
+	if _, wanted := m.desire.PodVolume(key); !wanted {
+		m.ops.Interrupt(key)
+	}
 }
 
 // registered adapts Drivers to the reconciler's.

@@ -31,11 +31,16 @@ type mode interface {
 // inputs are a mode's sources and outputs. The outputs status, events and
 // inUse may be nil: nothing is written there.
 type inputs struct {
-	source      populator.Source
+	source populator.Source
+	// node gives the node's labels for PVs' nodeAffinity; nil checks none.
+	node        populator.NodeLabels
 	attachments operations.Attachments
 	secrets     operations.Secrets
 	tokens      operations.Tokens
 	status      reconciler.StatusWriter
 	events      reconciler.EventRecorder
 	inUse       reconciler.InUseReporter
+	// expander completes publishes of volumes resized before the mount;
+	// nil in standalone mode.
+	expander reconciler.MountExpander
 }

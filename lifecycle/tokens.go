@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -29,7 +30,8 @@ func (t tokenRequester) ServiceAccountToken(ctx context.Context, pod volume.PodI
 	if sa == "" {
 		sa = "default"
 	}
-	out, err := t.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+	// client-go logs response bodies from V(8): not the token's.
+	out, err := t.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(redact.Quiet(ctx, redact.APIBodies), sa, tr, metav1.CreateOptions{})
 	if err != nil {
 		return authenticationv1.TokenRequestStatus{}, fmt.Errorf("requesting a token of service account %s/%s for audience %q: %w", pod.Namespace, sa, req.Audience, err)
 	}

@@ -10,7 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 )
 
 // Config is what a runtime decides when it embeds the volume manager; the
@@ -33,14 +35,28 @@ type Config struct {
 	// the agent itself.
 	Manifests string
 	// RegisterNode creates and keeps the Node object of a node without
-	// kubelet (labels, controller-managed-attach-detach annotation, Ready
-	// condition, node Lease), tears down the volumes of pods marked for
+	// kubelet or runtime with virtual-kubelet's node controller (labels,
+	// controller-managed-attach-detach annotation, Ready condition, node
+	// Lease), tears down the volumes of pods marked for
 	// deletion and then completes their deletion. It implies
 	// RemoveTerminatingPods. Cluster mode only.
 	RegisterNode bool
+	// ExpectedDrivers are the CSI drivers a node needs, with RegisterNode:
+	// until all of them are registered the Node carries the NoSchedule
+	// taint csi-volmgr.io/drivers-not-ready (see
+	// TaintDriversNotReady for why a taint and not NotReady).
+	ExpectedDrivers []string
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion (for nodes without a kubelet). Cluster mode only.
 	RemoveTerminatingPods bool
+	// WaitForContainersStopped is for a runtime that runs the pods'
+	// containers (virtual-kubelet provider, sandbox host): a pod's volumes
+	// are torn down once the runtime said its containers stopped
+	// (VolumeManager.ContainersStopped, or the HTTP API), the pod reached a
+	// terminal phase or it left the API server (or the manifests) — never
+	// only because it is marked for deletion, while its containers may
+	// still use the mounts.
+	WaitForContainersStopped bool
 	// ClusterWideInformers caches every PVC, PV and VolumeAttachment of the
 	// cluster instead of watching the referenced ones by name (small
 	// clusters only). Cluster mode only.
@@ -68,12 +84,19 @@ type Config struct {
 	// Handler, as the kubelet's enableProfilingHandler does: where the heap
 	// and CPU of a node agent go, measured on the node that has them.
 	Profiling bool
+	// Changes tunes what is done for volumes that change while in use
+	// (see ChangesConfig).
+	Changes ChangesConfig
 	// Version is reported in the logs.
 	Version string
 	// Tuning holds the knobs that tests and benchmarks turn; the zero
 	// value is the production default.
 	Tuning Tuning
 }
+
+// ChangesConfig tunes what is done for volumes that change while in use:
+// the mount check after driver restarts.
+type ChangesConfig = lifecycle.ChangesConfig
 
 // Tuning holds the knobs that tests and benchmarks turn.
 type Tuning struct {
@@ -84,10 +107,19 @@ type Tuning struct {
 	// RegistryRetryBaseDelay and RegistryRetryMaxDelay bound the backoff
 	// of failed driver registrations; 0 means 500ms and 2m.
 	RegistryRetryBaseDelay, RegistryRetryMaxDelay time.Duration
+	// NodeLeaseDuration and NodeStatusInterval tune the Node that
+	// RegisterNode keeps: the node Lease's duration (renewed every quarter
+	// of it) and how often its status is posted; 0 means 40s and 1m.
+	NodeLeaseDuration, NodeStatusInterval time.Duration
 	// ManifestsDebounce is how long standalone mode waits for more changes
 	// to a manifest file before reading it; 0 means the manifests
 	// source's default.
 	ManifestsDebounce time.Duration
+	// SELinux turns pods' SELinux options into the context= their volumes
+	// are mounted with; nil asks the host's policy (on a host without
+	// SELinux no volume gets a context). selinux.Defaults stands for an
+	// SELinux host in tests.
+	SELinux selinux.Translator
 }
 
 // validate checks c and fills its derived defaults. Every error about one
@@ -114,6 +146,9 @@ func (c *Config) validate() error {
 	}
 	if c.RegisterNode {
 		c.RemoveTerminatingPods = true
+	}
+	if len(c.ExpectedDrivers) > 0 && !c.RegisterNode {
+		bad("ExpectedDrivers", errors.New("needs RegisterNode: the taint goes on the Node the agent registers"))
 	}
 	if c.ResyncPeriod < 0 {
 		bad("ResyncPeriod", fmt.Errorf("%v must not be negative", c.ResyncPeriod))

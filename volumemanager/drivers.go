@@ -25,3 +25,13 @@ func (d lifecycleDrivers) OnRegistered(fn func(driver string)) {
 		}
 	})
 }
+
+// reportRejections has every rejected driver registration recorded as a
+// Warning Event on the Node (lifecycle.Manager.DriverRegistrationFailed).
+func reportRejections(reg *registry.Registry, m *lifecycle.Manager) {
+	reg.Subscribe(func(ev registry.Event) {
+		if ev.Type == registry.Rejected {
+			m.DriverRegistrationFailed(ev.Driver, ev.Socket, ev.Err)
+		}
+	})
+}

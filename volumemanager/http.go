@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // Paths of the JSON status API that Handler serves.
@@ -35,11 +37,17 @@ type VolumeStatus struct {
 	Reconstructed bool        `json:"reconstructed,omitempty"`
 	Pods          []PodStatus `json:"pods"`
 	LastError     *ErrorInfo  `json:"lastError,omitempty"`
+	// Stats is the volume's last usage and health from its driver.
+	Stats *VolumeStatsStatus `json:"stats,omitempty"`
 }
 
 // PodStatus is one pod's publish of a volume in the JSON status API.
 type PodStatus struct {
 	UID string `json:"uid"`
+	// Namespace and Name are the pod's, when the agent knows them (not for
+	// a publish found on disk at start whose pod is gone).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
 	// State is the publish state: NotPublished, PublishUncertain or Published.
 	State      string     `json:"state"`
 	TargetPath string     `json:"targetPath,omitempty"`
@@ -92,7 +100,7 @@ func (vm *VolumeManager) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET "+VolumesPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, volumeStatuses(vm.manager.Snapshot()))
+		writeJSON(w, vm.withStats(volumeStatuses(vm.manager.Snapshot(), vm.waiters.name)))
 	})
 	mux.HandleFunc("GET "+DriversPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, driverStatuses(r, vm.registry.List()))
@@ -105,6 +113,7 @@ func (vm *VolumeManager) Handler() http.Handler {
 		}
 		writeJSON(w, rs)
 	})
+	vm.registerPodAPI(mux)
 	if vm.cfg.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -117,12 +126,16 @@ func (vm *VolumeManager) Handler() http.Handler {
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	writeJSONBody(w, v)
+}
+
+func writeJSONBody(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }
 
-func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
+func volumeStatuses(vols []asw.VolumeStatus, podName func(types.UID) (volume.PodInfo, bool)) []VolumeStatus {
 	out := make([]VolumeStatus, 0, len(vols))
 	for _, v := range vols {
 		vs := VolumeStatus{
@@ -132,7 +145,11 @@ func volumeStatuses(vols []asw.VolumeStatus) []VolumeStatus {
 			LastError: errorInfo(v.LastError),
 		}
 		for _, p := range v.Pods {
-			vs.Pods = append(vs.Pods, PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)})
+			ps := PodStatus{UID: string(p.Key.Pod), State: p.State.String(), TargetPath: p.TargetPath, LastError: errorInfo(p.LastError)}
+			if info, ok := podName(p.Key.Pod); ok {
+				ps.Namespace, ps.Name = info.Namespace, info.Name
+			}
+			vs.Pods = append(vs.Pods, ps)
 		}
 		slices.SortFunc(vs.Pods, func(a, b PodStatus) int { return strings.Compare(a.UID, b.UID) })
 		out = append(out, vs)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 
@@ -22,7 +23,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/virtualnode"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -43,11 +43,15 @@ type VolumeManager struct {
 	// RegisterNode (nil otherwise).
 	factory  informers.SharedInformerFactory
 	nodeInfo *nodeinfo.Manager
-	node     *virtualnode.Node
+	node     *nodeKeeper
+	// allocatable refreshes the drivers' allocatable counts (cluster mode).
+	allocatable *nodeinfo.AllocatableRefresher
 	// standalone is the manifest source in standalone mode.
 	standalone *manifests.Source
 	// listener serves Handler when Config.HTTPEndpoint is set.
 	listener net.Listener
+	// waiters wake the runtime's waits for a pod's volumes.
+	waiters *podWaiters
 }
 
 // New checks cfg and builds a VolumeManager; nothing runs before Run. Its
@@ -75,25 +79,40 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 	}); err != nil {
 		return nil, err
 	}
+	vm.waiters = newPodWaiters(func(uid types.UID) int { return len(vm.manager.PodVolumes(uid)) })
+	if err := vm.newAllocatable(); err != nil {
+		return nil, err
+	}
+	if vm.node != nil {
+		vm.registry.Subscribe(func(registry.Event) { vm.node.DriversChanged() })
+	}
 	lcfg := lifecycle.Config{
 		NodeName: cfg.NodeName, RootDir: cfg.RootDir,
-		Drivers: lifecycleDrivers{vm.registry}, Policies: vm.policies,
+		WaitForContainersStopped: cfg.WaitForContainersStopped,
+		PodObserver:              vm.waiters,
+		Drivers:                  lifecycleDrivers{vm.registry}, Policies: vm.policies,
 		Registerer:            vm.metrics,
 		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
 		SettledObjectResync:   cfg.SettledObjectResync,
 		ResyncPeriod:          cfg.ResyncPeriod,
+		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,
+		SELinux:               cfg.Tuning.SELinux,
 	}
 	if vm.standalone != nil {
 		lcfg.Standalone = vm.standalone
 	} else {
 		lcfg.Client = cfg.KubeClient
 	}
+	if vm.allocatable != nil {
+		lcfg.AttachLimits = attachLimits{vm.allocatable}
+	}
 	if vm.manager, err = lifecycle.New(ctx, lcfg); err != nil {
 		return nil, err
 	}
+	reportRejections(vm.registry, vm.manager)
 	if cfg.HTTPEndpoint != "" {
 		if vm.listener, err = net.Listen("tcp", cfg.HTTPEndpoint); err != nil {
 			return nil, &ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", cfg.HTTPEndpoint, err)}
@@ -125,9 +144,8 @@ func (vm *VolumeManager) newBackend(ctx context.Context) error {
 		return err
 	}
 	if cfg.RegisterNode {
-		if vm.node, err = virtualnode.New(virtualnode.Config{Client: cfg.KubeClient, NodeName: cfg.NodeName}); err != nil {
-			return err
-		}
+		vm.node = newNodeKeeper(cfg.KubeClient, cfg.NodeName, cfg.Tuning.NodeLeaseDuration, cfg.Tuning.NodeStatusInterval)
+		vm.node.expectDrivers(cfg.ExpectedDrivers, vm.driverRegistered)
 	}
 	return nil
 }
@@ -164,7 +182,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.node != nil {
 		// The Node goes first: driver registration writes into it.
 		if err := vm.node.Register(ctx); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("registering Node %s: %w", vm.cfg.NodeName, err)
+			return err
 		}
 	}
 
@@ -198,6 +216,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	}
 	if vm.nodeInfo != nil {
 		wg.Go(func() { vm.ensureCSINode(runCtx) })
+		wg.Go(func() { vm.runAllocatable(runCtx) })
 	}
 	var server *http.Server
 	if vm.listener != nil {

@@ -2,28 +2,18 @@ package volumemanager_test
 
 import (
 	"context"
-	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
-	"github.com/csi-volmgr/csi-volmgr/test/plugin"
-	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
@@ -36,65 +26,12 @@ func TestMain(m *testing.M) { k8stest.Main(m, k8stest.Options{}) }
 // unstaged, then the agent completes the deletion.
 func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 	f := k8stest.New(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
-
+	ctx := t.Context()
 	t.Cleanup(func() {
 		_ = f.Client.CoreV1().Nodes().Delete(context.WithoutCancel(t.Context()), f.NodeName, metav1.DeleteOptions{})
 	})
-
-	base, err := os.MkdirTemp("", "rn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(base, "r")
-	regDir := filepath.Join(root, "plugins_registry")
-	if err := os.MkdirAll(regDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if mps := mountsUnder(t, base); len(mps) > 0 {
-			t.Errorf("mounts left under %s: %v", base, mps)
-			return
-		}
-		_ = os.RemoveAll(base)
-	})
-
-	// The attach/detach controller does not run here: the driver needs no attach.
-	driver := "d" + utilrand.String(6) + ".rn.csi-volmgr.io"
-	if _, err := f.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: driver},
-		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = f.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(t.Context()), driver, metav1.DeleteOptions{})
-	})
-	p := plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})
-	handle := createVolume(t, p)
-	pvcName, pvName := "data", "pv-"+f.Namespace
-	createBound(t, f, driver, handle, pvcName, pvName)
-
-	vm, err := volumemanager.New(ctx, volumemanager.Config{
-		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, RegisterNode: true,
-		Tuning: volumemanager.Tuning{
-			Reconciler:             reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
-			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 1)
-	go func() { errs <- vm.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("agent stopped with an error: %v", err)
-		}
-	})
+	n := startClusterNode(t, f, func(c *volumemanager.Config) { c.RegisterNode = true })
+	vm, handle, pvcName := n.vm, n.handle, "data"
 
 	pods := f.Client.CoreV1().Pods(f.Namespace)
 	pod, err := pods.Create(ctx, &corev1.Pod{
@@ -130,19 +67,7 @@ func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 	// The pod went only after its volume was unpublished from it (the
 	// unstage is the volume's, not the pod's, and may come later, as with
 	// the kubelet).
-	calls := func() []string {
-		entries, err := p.ReadJournal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var done []string
-		for _, e := range entries {
-			if e.Event == plugin.EventEnd && e.Code == "OK" && e.VolumeID == handle {
-				done = append(done, e.Method)
-			}
-		}
-		return done
-	}
+	calls := func() []string { return n.okCalls(t) }
 	if got := calls(); len(got) < 3 || !slices.Equal(got[:3], []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume"}) {
 		t.Errorf("CSI calls when the pod was gone: %v, want NodeStageVolume, NodePublishVolume, NodeUnpublishVolume first", got)
 	}

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# End-to-end check under kind (after up.sh): the example pod on the virtual
-# node gets its hostpath volume from csi-volmgr, and loses it again when it
-# is deleted.
+# End-to-end check under kind (after up.sh): two pods of one StorageClass,
+# one on the virtual node csi-volmgr-virtual, whose volume csi-volmgr stages
+# and publishes, and one on the kind worker next to it, whose kubelet does;
+# both volumes come from the CSI test plugin through the real
+# external-provisioner, attach/detach controller and external-attacher.
 #
-#  1. apply deploy/kind/example (StorageClass, PVC, pod);
-#  2. wait for the pod condition csi-volmgr.io/VolumesReady=True;
-#  3. check the VolumeAttachment, the Node's volumesInUse, the agent's own
-#     view (csi-volmgr status, run in the DaemonSet pod) and the mount on
-#     the host, by writing through it into the driver's data directory;
-#  4. delete the pod and wait until csi-volmgr has torn the volume down and
-#     finished the deletion; check that the mount is gone, the volume left
-#     volumesInUse and the attach/detach controller detached it;
-#  5. delete the PVC and the StorageClass.
+#  1. apply deploy/kind/example (StorageClass, two PVCs, two pods);
+#  2. wait for the pod condition csi-volmgr.io/VolumesReady=True of the
+#     virtual node's pod, and for the kubelet node's pod to be Ready;
+#  3. virtual node: check the VolumeAttachment (attached by csi-attacher's
+#     ControllerPublishVolume, with the plugin's publish_context), the Node's
+#     volumesInUse, the agent's own view (csi-volmgr status, run in the
+#     DaemonSet pod), the staging and publish mounts on the kind node, and
+#     write through the mount into the plugin's volume;
+#  4. kubelet node: check its VolumeAttachment, its mount and the file its
+#     container wrote through it;
+#  5. delete both pods: csi-volmgr tears the volume down and finishes the
+#     deletion, the mounts are gone, the volumes leave volumesInUse and the
+#     attach/detach controller and csi-attacher detach them;
+#  6. delete the claims: csi-provisioner deletes the volumes, which the
+#     plugin allows only once they are unpublished, unstaged and detached.
 #
 #   deploy/kind/e2e.sh        (or: make kind-e2e)
 set -euo pipefail
@@ -21,7 +29,12 @@ trap 'rc=$?; if ((rc != 0)); then dump; fi' EXIT
 
 POD=csi-volmgr-example
 PVC=csi-volmgr-example
+KPOD=csi-volmgr-example-kubelet
+KPVC=csi-volmgr-example-kubelet
 PROBE=csi-volmgr-e2e-probe
+# Where the plugin keeps a volume: <state-dir>/volumes/<volume ID>.
+VOLUMES=/var/lib/csi-testplugin/volumes
+KUBELET_DIR=/var/lib/kubelet
 
 # The kind node (a Docker container of the same name) the agent runs on.
 host=$(k -n "$NAMESPACE" get pods -l app.kubernetes.io/name=csi-volmgr,app.kubernetes.io/component=agent \
@@ -29,13 +42,24 @@ host=$(k -n "$NAMESPACE" get pods -l app.kubernetes.io/name=csi-volmgr,app.kuber
 [[ -n "$host" ]] || fail "no csi-volmgr pod"
 on_host() { docker exec "$host" "$@"; }
 mounted_on_host() { on_host grep -qF " $1 " /proc/self/mountinfo; }
+# attachment PV: "<node>=<attached> <devicePath>" of the PV's VolumeAttachments.
+# Fails when the API server does not answer, so that no answer never reads
+# as "detached".
+attachment() {
+	local out
+	out=$(k get volumeattachments -o jsonpath="{range .items[?(@.spec.source.persistentVolumeName==\"$1\")]}{.spec.nodeName}={.status.attached} {.status.attachmentMetadata.devicePath}{end}") || return 1
+	printf '%s' "$out"
+}
 
-log "1. applying the example workload"
-k delete pod "$POD" --ignore-not-found --wait=true --timeout="$TIMEOUT"
+log "1. applying the example workloads"
+k delete pod "$POD" "$KPOD" --ignore-not-found --wait=true --timeout="$TIMEOUT"
 "$KUBECTL" kustomize deploy/kind/example | k apply --server-side -f -
 
-log "2. waiting for csi-volmgr.io/VolumesReady=True"
+log "2. waiting for csi-volmgr.io/VolumesReady=True on $VIRTUAL_NODE and Ready on $host"
 k wait --for=condition=csi-volmgr.io/VolumesReady=True "pod/$POD" --timeout="$TIMEOUT"
+k wait --for=condition=Ready "pod/$KPOD" --timeout="$TIMEOUT"
+
+log "3. virtual node: attach, volumesInUse, the agent's state, the mounts"
 uid=$(k get pod "$POD" -o jsonpath='{.metadata.uid}')
 node=$(k get pod "$POD" -o jsonpath='{.spec.nodeName}')
 [[ "$node" == "$VIRTUAL_NODE" ]] || fail "the pod runs on $node, not on $VIRTUAL_NODE"
@@ -43,33 +67,86 @@ pv=$(k get pvc "$PVC" -o jsonpath='{.spec.volumeName}')
 handle=$(k get pv "$pv" -o jsonpath='{.spec.csi.volumeHandle}')
 target="$ROOT_DIR/pods/$uid/volumes/kubernetes.io~csi/$pv/mount"
 echo "pod $uid on $node, PV $pv (handle $handle), target $target on host $host"
-
-log "3. checking attach, volumesInUse, the agent's state and the mount"
-attached=$(k get volumeattachments -o jsonpath="{range .items[?(@.spec.source.persistentVolumeName==\"$pv\")]}{.spec.nodeName}={.status.attached}{end}")
-[[ "$attached" == "$VIRTUAL_NODE=true" ]] || fail "VolumeAttachment of $pv: got '$attached', want $VIRTUAL_NODE=true"
+attached=$(attachment "$pv") || fail "listing VolumeAttachments"
+[[ "$attached" == "$VIRTUAL_NODE=true $VOLUMES/$handle" ]] ||
+	fail "VolumeAttachment of $pv: got '$attached', want $VIRTUAL_NODE=true with the plugin's devicePath $VOLUMES/$handle"
 in_use=$(k get node "$VIRTUAL_NODE" -o jsonpath='{.status.volumesInUse}')
-[[ "$in_use" == *"$DRIVER^$handle"* ]] || fail "volumesInUse of $VIRTUAL_NODE is '$in_use', want kubernetes.io/csi/$DRIVER^$handle"
+[[ "$in_use" == *"kubernetes.io/csi/$DRIVER^$handle"* ]] ||
+	fail "volumesInUse of $VIRTUAL_NODE is '$in_use', want kubernetes.io/csi/$DRIVER^$handle"
 status=$(k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status)
 echo "$status"
 grep -qF "$uid=Published" <<<"$status" || fail "csi-volmgr status does not show pod $uid Published"
+staged=$(on_host grep -cF " $ROOT_DIR/plugins/kubernetes.io/csi/$DRIVER/" /proc/self/mountinfo || true)
+((staged >= 1)) || fail "no staging mount of $DRIVER below $ROOT_DIR/plugins on host $host"
 mounted_on_host "$target" || fail "$target is not mounted on host $host"
 on_host sh -c "echo csi-volmgr > '$target/$PROBE'"
-on_host test -f "/var/lib/csi-hostpath-data/$handle/$PROBE" ||
-	fail "a file written through $target is not in the driver's volume /var/lib/csi-hostpath-data/$handle"
+on_host test -f "$VOLUMES/$handle/$PROBE" ||
+	fail "a file written through $target is not in the plugin's volume $VOLUMES/$handle"
 on_host rm -f "$target/$PROBE"
 
-log "4. deleting the pod: teardown, then csi-volmgr completes the deletion"
-k delete pod "$POD" --wait=false
-k wait --for=delete "pod/$POD" --timeout="$TIMEOUT"
+# --- The example runtime (issue 12) plugs in here. -------------------------
+# A runtime for the virtual node starts the pod's container once
+# VolumesReady is True, with the published path as its /data, and reports
+# the pod Running. Then this step waits for Ready and checks a file the
+# container wrote through its mount, as step 4 does for the kubelet's pod.
+# Until it exists nothing runs the container: the pod stays Pending, and
+# this run says so instead of claiming it.
+phase=$(k get pod "$POD" -o jsonpath='{.status.phase}')
+echo "pod $POD is $phase: no runtime serves $VIRTUAL_NODE yet (not checked: Running, the container's writes)"
+
+log "4. kubelet node: attach, the mount, the container's write"
+kuid=$(k get pod "$KPOD" -o jsonpath='{.metadata.uid}')
+knode=$(k get pod "$KPOD" -o jsonpath='{.spec.nodeName}')
+kpv=$(k get pvc "$KPVC" -o jsonpath='{.spec.volumeName}')
+khandle=$(k get pv "$kpv" -o jsonpath='{.spec.csi.volumeHandle}')
+sc=$(k get pv "$pv" "$kpv" -o jsonpath='{.items[*].spec.storageClassName}')
+[[ "$sc" == "csi-volmgr-testplugin csi-volmgr-testplugin" ]] || fail "the PVs' StorageClasses are '$sc'"
+ktarget="$KUBELET_DIR/pods/$kuid/volumes/kubernetes.io~csi/$kpv/mount"
+echo "pod $kuid on $knode, PV $kpv (handle $khandle), target $ktarget"
+[[ "$knode" == "$host" ]] || fail "the kubelet's pod runs on $knode, not on $host"
+attached=$(attachment "$kpv") || fail "listing VolumeAttachments"
+[[ "$attached" == "$knode=true $VOLUMES/$khandle" ]] ||
+	fail "VolumeAttachment of $kpv: got '$attached', want $knode=true with devicePath $VOLUMES/$khandle"
+mounted_on_host "$ktarget" || fail "$ktarget is not mounted on host $host"
+written=$(on_host cat "$VOLUMES/$khandle/probe")
+[[ "$written" == written-by-the-pod ]] || fail "the pod's file in $VOLUMES/$khandle holds '$written'"
+
+log "5. deleting both pods: teardown, detach; csi-volmgr completes its pod's deletion"
+k delete pod "$POD" "$KPOD" --wait=false
+k wait --for=delete "pod/$POD" "pod/$KPOD" --timeout="$TIMEOUT"
 ! mounted_on_host "$target" || fail "$target is still mounted after the pod was deleted"
-not_in_use() { ! k get node "$VIRTUAL_NODE" -o jsonpath='{.status.volumesInUse}' | grep -qF "$handle"; }
+! mounted_on_host "$ktarget" || fail "$ktarget is still mounted after the pod was deleted"
+not_in_use() {
+	local in_use
+	in_use=$(k get node "$VIRTUAL_NODE" -o jsonpath='{.status.volumesInUse}') || return 1
+	! grep -qF "$handle" <<<"$in_use"
+}
 wait_for "the volume to leave volumesInUse" 120 not_in_use
-detached() { [[ -z "$(k get volumeattachments -o jsonpath="{.items[?(@.spec.source.persistentVolumeName==\"$pv\")].metadata.name}")" ]]; }
-wait_for "the attach/detach controller to detach $pv" 180 detached
+detached() {
+	local a
+	a=$(attachment "$1") || return 1
+	[[ -z "$a" ]]
+}
+wait_for "the attach/detach controller and csi-attacher to detach $pv" 180 detached "$pv"
+wait_for "the attach/detach controller and csi-attacher to detach $kpv" 180 detached "$kpv"
+unstaged() { ! on_host grep -qF " $ROOT_DIR/plugins/kubernetes.io/csi/$DRIVER/" /proc/self/mountinfo; }
+unstaged || fail "a staging mount of $DRIVER is left below $ROOT_DIR/plugins"
 status=$(k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status)
 ! grep -qF "$uid" <<<"$status" || fail "csi-volmgr still holds pod $uid: $status"
 
-log "5. cleaning up"
+log "6. deleting the claims: the plugin deletes the volumes"
 "$KUBECTL" kustomize deploy/kind/example | k delete --ignore-not-found -f -
+# gone PV: the API server answers that PV does not exist (no answer is not
+# "gone").
+gone() {
+	local out
+	if out=$(k get pv "$1" 2>&1); then
+		return 1
+	fi
+	grep -q NotFound <<<"$out"
+}
+wait_for "PV $pv to be deleted" 120 gone "$pv"
+wait_for "PV $kpv to be deleted" 120 gone "$kpv"
+! on_host test -e "$VOLUMES/$handle" || fail "the plugin kept the volume $VOLUMES/$handle"
 
-log "PASS: csi-volmgr published the volume of $POD on $VIRTUAL_NODE and tore it down"
+log "PASS: one StorageClass, two nodes: csi-volmgr served $POD on $VIRTUAL_NODE, the kubelet $KPOD on $host; both torn down and detached (the virtual node's container did not run: no runtime yet)"

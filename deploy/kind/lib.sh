@@ -1,26 +1,39 @@
 # shellcheck shell=bash
-# Shared settings of up.sh and e2e.sh; sourced, not run.
-# Needs: docker, kind (v0.31 or newer), and a kubectl with kustomize v5
-# (`make k8s-bins` builds one into bin/k8s/kubectl).
+# Shared settings of up.sh, e2e.sh and down.sh; sourced, not run.
+# Needs: docker, kind (`deploy/kind/image/build.sh kind` builds v0.33.0), and
+# a kubectl with kustomize v5 (`make k8s-bins` builds one into
+# bin/k8s/kubectl). `make kind-up` passes all of them in.
 
 KIND=${KIND:-kind}
 KUBECTL=${KUBECTL:-kubectl}
 CLUSTER=${KIND_CLUSTER:-csi-volmgr}
 # The image `make image` builds; up.sh tags it as the name deploy/kind uses.
 IMAGE=${IMAGE:-csi-volmgr:kind}
-# Empty: the default node image of the kind release in use.
-KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-}
+# The node image `make kind-image` builds (deploy/kind/image).
+KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-csi-volmgr-kind/node:v1.37.2}
 TIMEOUT=${E2E_TIMEOUT:-180s}
 
 # The names deploy/kind gives things.
 KIND_IMAGE=csi-volmgr:kind
+# The other images deploy/kind and its example use that are not in the node
+# image; up.sh loads them into the nodes (deploy/kind/image/build.sh
+# deploy-images and `make image-testplugin` build them).
+LOAD_IMAGES=(
+	csi-volmgr-testplugin:kind
+	registry.k8s.io/sig-storage/csi-attacher:v4.13.0
+	registry.k8s.io/sig-storage/csi-provisioner:v6.4.0
+	csi-volmgr-kind/shell:bookworm
+)
 NAMESPACE=csi-volmgr
 VIRTUAL_NODE=csi-volmgr-virtual
 # Only pods that tolerate it are scheduled to the virtual node.
 VIRTUAL_NODE_TAINT=csi-volmgr.io/virtual=true:NoSchedule
 # The pods the scheduler may place on the virtual node (its allocatable).
 VIRTUAL_NODE_PODS=110
-DRIVER=hostpath.csi.k8s.io
+DRIVER=testplugin.csi-volmgr.io
+# The kind worker that hosts the agent and the plugin, and whose own kubelet
+# serves the second example pod.
+AGENT_HOST=$CLUSTER-worker
 ROOT_DIR=/var/lib/csi-volmgr
 
 k() { "$KUBECTL" --context "kind-$CLUSTER" "$@"; }
@@ -51,5 +64,5 @@ dump() {
 	k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr drivers || true
 	k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status || true
 	k -n "$NAMESPACE" logs ds/csi-volmgr --tail=200 || true
-	k -n "$NAMESPACE" logs statefulset/csi-hostpathplugin --all-containers --tail=100 || true
+	k -n "$NAMESPACE" logs statefulset/csi-testplugin --all-containers --tail=100 || true
 }

@@ -64,7 +64,8 @@ func (m *Manager) updateCSINode(ctx context.Context, node *corev1.Node,
 
 		modified := current.DeepCopy()
 		modified.Spec.Drivers = edit(modified.Spec.Drivers)
-		if equality.Semantic.DeepEqual(current.Spec, modified.Spec) {
+		annotated := setMigratedPlugins(modified)
+		if !annotated && equality.Semantic.DeepEqual(current.Spec, modified.Spec) {
 			return nil
 		}
 		patch, err := preconditionedPatch(current, modified, storagev1.CSINode{}, current.ResourceVersion)
@@ -95,6 +96,7 @@ func (m *Manager) createCSINode(ctx context.Context, node *corev1.Node, drivers 
 		},
 		Spec: storagev1.CSINodeSpec{Drivers: drivers},
 	}
+	setMigratedPlugins(csiNode)
 	if _, err := m.client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating CSINode: %w", err)
 	}

@@ -242,3 +242,43 @@ func TestStaleCSINodeIsReplacedAgainstAPIServer(t *testing.T) {
 		t.Errorf("CSINode drivers = %+v, want the stale entries gone", csiNode.Spec.Drivers)
 	}
 }
+
+// TestMigratedPluginsAnnotation: a registered CSI driver that took over an
+// in-tree plugin puts that plugin into the CSINode's
+// storage.alpha.kubernetes.io/migrated-plugins annotation, which the
+// attach/detach controller and the scheduler read; the annotation goes
+// with the last such driver.
+func TestMigratedPluginsAnnotation(t *testing.T) {
+	fx, _, m, ctx := setup(t)
+	annotation := func() (string, bool) {
+		v, ok := readCSINode(ctx, t, fx).Annotations[corev1.MigratedPluginsAnnotationKey]
+		return v, ok
+	}
+	other := nodeinfo.DriverInfo{Name: "other.csi.example.com", NodeID: "id"}
+	if err := m.Install(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := annotation(); ok {
+		t.Errorf("annotation with no migrated driver = %q, want none", v)
+	}
+	for _, d := range []string{"ebs.csi.aws.com", "pd.csi.storage.gke.io"} {
+		if err := m.Install(ctx, nodeinfo.DriverInfo{Name: d, NodeID: "id"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, _ := annotation(); v != "kubernetes.io/aws-ebs,kubernetes.io/gce-pd" {
+		t.Errorf("annotation = %q, want kubernetes.io/aws-ebs,kubernetes.io/gce-pd", v)
+	}
+	if err := m.Uninstall(ctx, "pd.csi.storage.gke.io"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := annotation(); v != "kubernetes.io/aws-ebs" {
+		t.Errorf("annotation after the GCE driver went = %q, want kubernetes.io/aws-ebs", v)
+	}
+	if err := m.Uninstall(ctx, "ebs.csi.aws.com"); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := annotation(); ok {
+		t.Errorf("annotation after the last migrated driver went = %q, want none", v)
+	}
+}

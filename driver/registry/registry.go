@@ -303,3 +303,14 @@ func (r *Registry) closeAll() {
 	}
 	r.closeRetiredLocked()
 }
+
+// SetMaxVolumes records a registered driver's refreshed
+// max_volumes_per_node (the CSINode's allocatable count was updated), so
+// that Driver and List show it.
+func (r *Registry) SetMaxVolumes(name string, maxVolumes int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d, ok := r.drivers[name]; ok {
+		d.MaxVolumes = maxVolumes
+	}
+}

@@ -5,9 +5,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -137,6 +140,53 @@ func FuzzValidateInfo(f *testing.F) {
 		}
 		if cand.Version.Major() != 1 {
 			t.Fatalf("accepted version %s", cand.Version)
+		}
+	})
+}
+
+// FuzzGetInfoWire decodes arbitrary bytes as a GetInfo answer, as they come
+// off a registration socket, and validates it: nothing panics, a malformed
+// message is refused by the decoder, and what validation accepts is safe,
+// as in FuzzValidateInfo, whatever the number of versions offered.
+func FuzzGetInfoWire(f *testing.F) {
+	for _, info := range []*registerapi.PluginInfo{
+		{Type: registerapi.CSIPlugin, Name: "hostpath.csi.k8s.io", Endpoint: "/var/lib/csi.sock", SupportedVersions: []string{"1.0.0", "1.5.0", "0.3.0"}},
+		{Type: registerapi.CSIPlugin, Name: "../../etc", Endpoint: "unix:///a/../b", SupportedVersions: []string{"v1", "1.x", ""}},
+		{Type: registerapi.DevicePlugin, Name: strings.Repeat("a", 300), Endpoint: strings.Repeat("/a", 100)},
+	} {
+		data, err := proto.Marshal(info)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info := &registerapi.PluginInfo{}
+		if err := proto.Unmarshal(data, info); err != nil {
+			return
+		}
+		cand, err := ValidateInfo(info)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRegistration) {
+				t.Fatalf("error %v does not wrap ErrInvalidRegistration", err)
+			}
+			if len(err.Error()) > 4096 {
+				t.Fatalf("error message of %d bytes: hostile strings must be truncated", len(err.Error()))
+			}
+			return
+		}
+		if info.Type != registerapi.CSIPlugin || len(cand.Name) == 0 || len(cand.Name) > maxDriverNameLength ||
+			strings.ContainsAny(cand.Name, "/\\\x00") || strings.Contains(cand.Name, "..") {
+			t.Fatalf("accepted %+v", info)
+		}
+		if !filepath.IsAbs(cand.Endpoint) || filepath.Clean(cand.Endpoint) != cand.Endpoint || len(cand.Endpoint) > maxUnixSocketPath {
+			t.Fatalf("accepted unsafe endpoint %q", cand.Endpoint)
+		}
+		if cand.Version.Major() != 1 || !slices.ContainsFunc(info.SupportedVersions, func(v string) bool {
+			p, err := utilversion.ParseGeneric(v)
+			return err == nil && p.EqualTo(cand.Version)
+		}) {
+			t.Fatalf("version %s is not one of the 1.x versions offered, %q", cand.Version, info.SupportedVersions)
 		}
 	})
 }

@@ -29,6 +29,8 @@ type Volume struct {
 	External bool
 	// Reconstructed marks a stage state found at start-up and not proven since.
 	Reconstructed bool
+	// SELinuxContext is the context= the volume was staged with.
+	SELinuxContext string
 	// LastError is the volume's last error (attach, stage or unstage), nil if none.
 	LastError *Failure
 }
@@ -48,6 +50,13 @@ type Pod struct {
 	Reconstructed bool
 	// LastError is the pod's last publish or unpublish error, nil if none.
 	LastError *Failure
+	// Progress is the progress of a long setup step running on the pod's
+	// volume (the fsGroup ownership change), nil if none.
+	Progress *Progress
+	// Presentation is how the volume is handed to the pod's containers
+	// (block device path, SELinux context), as the last successful publish
+	// (or reconstruction) recorded it.
+	Presentation volume.Presentation
 }
 
 // VolumeStatus is one volume of a Snapshot, with its pods sorted by UID.
@@ -66,6 +75,7 @@ func (v *volumeEntry) copy(name volume.Name) Volume {
 		StagingPath:    v.stagingPath,
 		External:       v.external,
 		Reconstructed:  v.reconstructed,
+		SELinuxContext: v.seLinuxContext,
 		LastError:      copyFailure(v.lastErr),
 	}
 }
@@ -78,7 +88,17 @@ func (p *podEntry) copy(key volume.PodKey) Pod {
 		External:      p.external,
 		Reconstructed: p.reconstructed,
 		LastError:     copyFailure(p.lastErr),
+		Progress:      copyProgress(p.progress),
+		Presentation:  p.presentation,
 	}
+}
+
+func copyProgress(p *Progress) *Progress {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 func copyFailure(f *Failure) *Failure {

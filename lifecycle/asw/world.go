@@ -32,6 +32,9 @@ type StageOutcome struct {
 	// front endpoint, at a staging path it chose: the volume's stage is that
 	// caller's to tear down, never the reconciler's.
 	External bool
+	// SELinuxContext is the context= the volume was staged with; recorded
+	// with State Staged.
+	SELinuxContext string
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -48,6 +51,10 @@ type PublishOutcome struct {
 	// the front endpoint, at a target path it chose: it is that caller's to
 	// tear down, never the reconciler's.
 	External bool
+	// Presentation, when set, is how the published volume is handed to the
+	// pod's containers (block device, SELinux context); nil keeps what was
+	// recorded.
+	Presentation *volume.Presentation
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -76,6 +83,7 @@ type volumeEntry struct {
 	stagingPath    string
 	external       bool
 	reconstructed  bool
+	seLinuxContext string
 	lastErr        *Failure
 	pods           map[types.UID]*podEntry
 }
@@ -86,6 +94,8 @@ type podEntry struct {
 	external      bool
 	reconstructed bool
 	lastErr       *Failure
+	progress      *Progress
+	presentation  volume.Presentation
 }
 
 // Options configures a World.
@@ -164,6 +174,7 @@ func (w *World) RecordStage(name volume.Name, id volume.ID, o StageOutcome) {
 	}
 	if o.State == volume.Staged {
 		v.reconstructed = false
+		v.seLinuxContext = o.SELinuxContext
 	}
 	v.lastErr = w.failure(o.Step, o.Err)
 }
@@ -184,6 +195,10 @@ func (w *World) RecordPublish(key volume.PodKey, id volume.ID, o PublishOutcome)
 		p.reconstructed = false
 	}
 	p.lastErr = w.failure(o.Step, o.Err)
+	p.progress = nil
+	if o.Presentation != nil {
+		p.presentation = *o.Presentation
+	}
 }
 
 // pod returns the entry of key, creating it (and its volume with id).
@@ -221,8 +236,10 @@ func (w *World) AddReconstructedVolume(name volume.Name, id volume.ID, stagingPa
 
 // AddReconstructedPod records a pod's publish found at start-up (a pod
 // volume directory): publish uncertain and marked reconstructed. The volume
-// entry is created as by AddReconstructedVolume if missing. An existing pod
-// entry keeps its state.
+// entry is created as by AddReconstructedVolume if missing, except for an
+// inline (ephemeral) volume, which is never staged: its entry is NotStaged,
+// so that its teardown sends no NodeUnstageVolume. An existing pod entry
+// keeps its state.
 func (w *World) AddReconstructedPod(key volume.PodKey, id volume.ID, targetPath string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -230,7 +247,7 @@ func (w *World) AddReconstructedPod(key volume.PodKey, id volume.ID, targetPath 
 		if _, ok := v.pods[key.Pod]; ok {
 			return
 		}
-	} else {
+	} else if !key.Volume.IsInline() {
 		v := w.volume(key.Volume, id)
 		v.stage, v.reconstructed = volume.StageUncertain, true
 	}

@@ -292,3 +292,26 @@ func published(w *asw.World, key volume.PodKey) bool {
 	p, ok := w.Pod(key)
 	return ok && p.State == volume.Published
 }
+
+func TestProgress(t *testing.T) {
+	w := asw.New(asw.Options{})
+	key := volume.PodKey{Volume: "v", Pod: "u"}
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	w.RecordProgress(key, volume.ID{Driver: "d"}, nil) // clearing creates nothing
+	if _, ok := w.Pod(key); ok {
+		t.Fatal("clearing progress created a pod entry")
+	}
+	p := &asw.Progress{Step: volume.StepApplyAccessControl, FSGroup: 2000, Files: 125000, Started: start, Updated: start.Add(31 * time.Second)}
+	w.RecordProgress(key, volume.ID{Driver: "d"}, p)
+	got, ok := w.Pod(key)
+	if !ok || got.State != volume.NotPublished || got.Progress == nil || *got.Progress != *p {
+		t.Fatalf("pod entry = %+v, want NotPublished with the progress", got)
+	}
+	if s := got.Progress.String(); s != "changing the group of the volume's files to fsGroup 2000: 125000 files in 31s" {
+		t.Errorf("String() = %q", s)
+	}
+	w.RecordPublish(key, volume.ID{Driver: "d"}, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published})
+	if got, _ := w.Pod(key); got.Progress != nil {
+		t.Errorf("progress kept after the publish ended: %+v", got.Progress)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 )
 
 // DirMode is the mode of the directories MkdirAll creates, as the kubelet's.
@@ -106,6 +108,41 @@ func Remove(path string) error {
 		return nil
 	}
 	return syncDir(dir)
+}
+
+// RemoveEmptyDirs removes dir and then its parents while they are empty and
+// strictly below stop. Missing directories are skipped; the first directory
+// that is not empty ends the removal without error.
+func RemoveEmptyDirs(dir, stop string) error {
+	stop = filepath.Clean(stop)
+	for d := filepath.Clean(dir); strings.HasPrefix(d, stop+string(filepath.Separator)); d = filepath.Dir(d) {
+		err := os.Remove(d)
+		switch {
+		case err == nil, errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
+			return nil
+		default:
+			return fmt.Errorf("removing %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// RecordLeftovers says whether dir holds nothing but what a record file
+// named like record leaves: the record and its temporary files.
+func RecordLeftovers(dir, record string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	base := filepath.Base(record)
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || (name != base && !strings.HasPrefix(name, "."+base+".tmp-")) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // MkdirAll creates dir and its missing parents with DirMode, fsyncing the

@@ -53,8 +53,8 @@ type PublishRecord struct {
 	AttachmentID string
 	// VolumeLifecycleMode is Persistent or Ephemeral (inline).
 	VolumeLifecycleMode storagev1.VolumeLifecycleMode
-	// SELinuxMountContext is kept from records the kubelet wrote; csi-volmgr
-	// does not mount with an SELinux context.
+	// SELinuxMountContext is the SELinux context the volume was published
+	// with (-o context=...), empty for none.
 	SELinuxMountContext string
 
 	// VolumeName is the volume's lifecycle name.
@@ -75,7 +75,8 @@ type StageRecord struct {
 	VolumeHandle string
 	// DriverName is the CSI driver name.
 	DriverName string
-	// SELinuxMountContext is kept from records the kubelet wrote.
+	// SELinuxMountContext is the SELinux context the volume was staged
+	// with, empty for none.
 	SELinuxMountContext string
 
 	// VolumeName is the volume's lifecycle name.

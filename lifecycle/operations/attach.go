@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
@@ -49,7 +51,7 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 		return nil
 	}
 	vaName := volume.AttachmentName(src.Handle, src.Driver, o.nodeName)
-	publishContext, err := o.attachment(vaName)
+	publishContext, err := o.attachment(vaName, src.Driver)
 	o.state.RecordAttach(name, src.ID, publishContext, err)
 	if err != nil {
 		logger.V(4).Info("Volume is not attached", "volumeAttachment", vaName, "err", err)
@@ -61,17 +63,25 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 
 // attachment reads the VolumeAttachment vaName and returns its
 // attachmentMetadata when it is attached (the kubelet's csi_attacher.go WaitForAttach).
-func (o *Operations) attachment(vaName string) (map[string]string, error) {
+// One that names another node or another attacher than driver does not
+// attach the volume here, whatever its status says: its name was made to
+// look like this node's (the attach/detach controller never does that).
+func (o *Operations) attachment(vaName, driver string) (map[string]string, error) {
 	va, err := o.attachments.Get(vaName)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("%w: VolumeAttachment %s does not exist", volume.ErrNotAttached, vaName)
 	case err != nil:
 		return nil, fmt.Errorf("reading VolumeAttachment %s: %w", vaName, err)
+	case va.Spec.NodeName != o.nodeName || va.Spec.Attacher != driver:
+		return nil, fmt.Errorf("%w: VolumeAttachment %s is for node %q and attacher %q, not node %q and driver %q",
+			volume.ErrNotAttached, vaName, truncateName(va.Spec.NodeName), truncateName(va.Spec.Attacher), o.nodeName, driver)
 	case va.DeletionTimestamp != nil:
 		return nil, fmt.Errorf("%w: VolumeAttachment %s is being deleted", volume.ErrNotAttached, vaName)
 	case va.Status.Attached:
 		return va.Status.AttachmentMetadata, nil
+	case isAttachLimitError(va.Status.AttachError):
+		return nil, fmt.Errorf("%w: %w: VolumeAttachment %s: %s", volume.ErrAttachLimitExceeded, ErrAttachFailed, vaName, va.Status.AttachError.Message)
 	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
 		// Not ErrNotAttached: the attach was tried and failed, and the pod's
 		// condition says AttachFailed with the attacher's message.
@@ -82,8 +92,14 @@ func (o *Operations) attachment(vaName string) (map[string]string, error) {
 
 // publishContext returns the publish_context for staging or publishing a
 // volume of src: nil for inline volumes and drivers without attach,
-// otherwise the attachmentMetadata WaitForAttach recorded, or an error
-// wrapping volume.ErrNotAttached when it has not found the volume attached.
+// otherwise the attachmentMetadata of the VolumeAttachment as it is now.
+// The VolumeAttachment is read again (from the cache) for every stage and
+// publish, as the kubelet's csi_attacher.go MountDevice and csi_mounter.go
+// SetUpAt read it again: an attacher may update attachmentMetadata (a new
+// device path after a re-attach), and a step must not send what an earlier
+// WaitForAttach saw. WaitForAttach must have found the volume attached
+// first; the error wraps volume.ErrNotAttached otherwise, or when the
+// VolumeAttachment is no longer attached.
 func (o *Operations) publishContext(name volume.Name, src volume.Source, attachRequired bool) (map[string]string, error) {
 	if src.Inline || !attachRequired {
 		return nil, nil
@@ -92,5 +108,20 @@ func (o *Operations) publishContext(name volume.Name, src volume.Source, attachR
 	if !ok || !v.Attached {
 		return nil, fmt.Errorf("%w: %s (wait for attach first)", volume.ErrNotAttached, name)
 	}
-	return v.PublishContext, nil
+	return o.attachment(volume.AttachmentName(src.Handle, src.Driver, o.nodeName), src.Driver)
+}
+
+// isAttachLimitError says whether an attach error is the driver's
+// ResourceExhausted (errorCode, KEP-4876): the node's attach limit.
+func isAttachLimitError(e *storagev1.VolumeError) bool {
+	return e != nil && e.ErrorCode != nil && *e.ErrorCode == int32(codes.ResourceExhausted)
+}
+
+// truncateName keeps a name from another object short in a message.
+func truncateName(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit] + "…"
 }

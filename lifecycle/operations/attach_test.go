@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,6 +27,10 @@ func TestWaitForAttach(t *testing.T) {
 		{name: "attach not required", noAttach: true},
 		{name: "missing", wantErr: "does not exist"},
 		{name: "not attached yet", va: &storagev1.VolumeAttachment{}, wantErr: "not attached yet"},
+		{name: "for another node", va: &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{NodeName: "other-node"},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}, wantErr: `is for node "other-node" and attacher "` + src.Driver + `", not node "` + testNode + `"`},
+		{name: "of another attacher", va: &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{Attacher: "other.example.com"},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}, wantErr: `attacher "other.example.com"`},
 		{name: "attach error", va: &storagev1.VolumeAttachment{Status: storagev1.VolumeAttachmentStatus{
 			AttachError: &storagev1.VolumeError{Message: "rpc error: disk is locked"}}}, wantErr: "attach failed: VolumeAttachment " + vaName + ": rpc error: disk is locked",
 			wantIs: ErrAttachFailed},
@@ -42,6 +47,13 @@ func TestWaitForAttach(t *testing.T) {
 			}
 			if tc.va != nil {
 				tc.va.Name = vaName
+				// Unless the case says otherwise, the VolumeAttachment is this node's and driver's.
+				if tc.va.Spec.NodeName == "" {
+					tc.va.Spec.NodeName = testNode
+				}
+				if tc.va.Spec.Attacher == "" {
+					tc.va.Spec.Attacher = src.Driver
+				}
 				h.vas.set(tc.va)
 			}
 			name := volume.PersistentName(src.Driver, src.Handle)
@@ -81,5 +93,45 @@ func TestWaitForAttachOfInlineVolumeRecordsNothing(t *testing.T) {
 	}
 	if _, ok := h.world.Volume(name); ok {
 		t.Error("an inline volume was recorded as attached")
+	}
+}
+
+// TestPublishContextIsReadForEachStep: the publish_context of stage and
+// publish is the VolumeAttachment's attachmentMetadata at the time of the
+// step, not what the first WaitForAttach saw (the kubelet reads the
+// VolumeAttachment again in MountDevice and SetUpAt).
+func TestPublishContextIsReadForEachStep(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	src := pvSource()
+	name := volume.PersistentName(src.Driver, src.Handle)
+	ctx := testContext(t)
+	h.vas.set(attached(src, map[string]string{"devicePath": "/dev/old"}))
+	if err := h.ops.WaitForAttach(ctx, name, src); err != nil {
+		t.Fatal(err)
+	}
+	h.vas.set(attached(src, map[string]string{"devicePath": "/dev/stage"}))
+	if err := h.ops.Stage(ctx, name, src, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.vas.set(attached(src, map[string]string{"devicePath": "/dev/publish"}))
+	if err := h.ops.Publish(ctx, keyOf(src, "uid-a"), src, podVolume("uid-a", "pod-a")); err != nil {
+		t.Fatal(err)
+	}
+	stage := requests[*csi.NodeStageVolumeRequest](h, "NodeStageVolume")
+	publish := requests[*csi.NodePublishVolumeRequest](h, "NodePublishVolume")
+	if len(stage) != 1 || len(publish) != 1 {
+		t.Fatalf("got %d stage and %d publish requests, want one each", len(stage), len(publish))
+	}
+	if got := stage[0].GetPublishContext()["devicePath"]; got != "/dev/stage" {
+		t.Errorf("NodeStageVolume publish_context devicePath = %q, want the VolumeAttachment's at stage time /dev/stage", got)
+	}
+	if got := publish[0].GetPublishContext()["devicePath"]; got != "/dev/publish" {
+		t.Errorf("NodePublishVolume publish_context devicePath = %q, want the VolumeAttachment's at publish time /dev/publish", got)
+	}
+
+	// A VolumeAttachment that is no longer attached stops the next step.
+	h.vas.set(&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: volume.AttachmentName(src.Handle, src.Driver, testNode)}})
+	if err := h.ops.Publish(ctx, keyOf(src, "uid-b"), src, podVolume("uid-b", "pod-b")); !errors.Is(err, volume.ErrNotAttached) {
+		t.Errorf("Publish with the VolumeAttachment detached = %v, want %v", err, volume.ErrNotAttached)
 	}
 }

@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
 )
@@ -88,16 +85,5 @@ func (t *tree) removeRecordDir(record, dir, stop string) error {
 func (t *tree) prune(dir, stop string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	stop = filepath.Clean(stop)
-	for d := filepath.Clean(dir); strings.HasPrefix(d, stop+string(filepath.Separator)); d = filepath.Dir(d) {
-		err := os.Remove(d)
-		switch {
-		case err == nil, errors.Is(err, fs.ErrNotExist):
-		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-			return nil
-		default:
-			return fmt.Errorf("removing %s: %w", d, err)
-		}
-	}
-	return nil
+	return checkpoint.RemoveEmptyDirs(dir, stop)
 }

@@ -82,6 +82,7 @@ func (f *fakeAttachments) set(va *storagev1.VolumeAttachment) {
 func attached(src volume.Source, metadata map[string]string) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: volume.AttachmentName(src.Handle, src.Driver, testNode)},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: src.Driver, NodeName: testNode},
 		Status:     storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata},
 	}
 }

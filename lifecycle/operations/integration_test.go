@@ -11,11 +11,13 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
@@ -258,11 +260,87 @@ func TestRealPluginBlockVolume(t *testing.T) {
 	if !exists(t, pub.Record) {
 		t.Error("no publish record for the block volume")
 	}
+	// The kubelet's layout: the pod's device is a link to the published
+	// device, the global map a bind mount of it held open by a loop device.
+	if to, err := os.Readlink(pub.DeviceLink); err != nil || to != pub.Target {
+		t.Errorf("pod device %s -> %q (%v), want a link to %s", pub.DeviceLink, to, err, pub.Target)
+	}
+	if fi, err := os.Stat(pub.DeviceLink); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		t.Errorf("the pod's device does not lead to a device: %v, %v", fi, err)
+	}
+	if fi, err := os.Lstat(pub.MapFile); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		t.Errorf("global map %s: %v, %v; want the device bind-mounted", pub.MapFile, fi, err)
+	}
+	if _, err := loopdev.Find(pub.MapFile); err != nil {
+		t.Errorf("no loop device holds the device open: %v", err)
+	}
+	if p, _ := ph.world.Pod(key); p.Presentation.DevicePath != pub.DeviceLink {
+		t.Errorf("presented device path = %q, want %q", p.Presentation.DevicePath, pub.DeviceLink)
+	}
+	// Unstaging waits while a pod is mapped, even without its publish.
+	if _, err := os.Stat(st.MapDir); err != nil {
+		t.Fatal(err)
+	}
 	if err := ph.ops.Unpublish(ctx, key); err != nil {
 		t.Fatalf("Unpublish: %v", err)
 	}
+	if _, err := loopdev.Find(pub.MapFile); !errors.Is(err, loopdev.ErrNotFound) {
+		t.Errorf("loop device left after the unpublish: %v", err)
+	}
+	for _, p := range []string{pub.DeviceLink, pub.MapFile, pub.Record} {
+		if exists(t, p) {
+			t.Errorf("%s left after the unpublish", p)
+		}
+	}
 	if err := ph.ops.Unstage(ctx, name); err != nil {
 		t.Fatalf("Unstage: %v", err)
+	}
+	ph.assertClean(t)
+}
+
+// TestBlockUnstageWaitsForMappedDevices: a device left in the global map
+// (an unmap that failed) keeps the volume staged, as the kubelet's
+// GetDeviceBindMountRefs check.
+func TestBlockUnstageWaitsForMappedDevices(t *testing.T) {
+	ph := startPlugin(t, plugin.DefaultCapabilities())
+	ctx := testContext(t)
+	src := ph.createVolume(t, "pv-mapped", volume.Block)
+	name := volume.PersistentName(src.Driver, src.Handle)
+	key := keyOf(src, "uid-a")
+	pv := podVolume("uid-a", "pod-a")
+	if err := ph.ops.Stage(ctx, name, src, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.ops.Publish(ctx, key, src, pv); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := ph.ops.Layout().Publishing("uid-a", "pv-mapped", volume.Block)
+	// A stray bind mount of the device in the global map.
+	stray := filepath.Join(filepath.Dir(pub.MapFile), "uid-gone")
+	if err := os.WriteFile(stray, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(pub.Target, stray, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(stray, unix.MNT_DETACH); _ = os.Remove(stray) })
+	if err := ph.ops.Unpublish(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.ops.Unstage(ctx, name); !errors.Is(err, volume.ErrInUse) || !strings.Contains(err.Error(), "uid-gone") {
+		t.Fatalf("Unstage with a device left in the global map = %v, want ErrInUse naming it", err)
+	}
+	if n := len(ph.calls(t, "NodeUnstageVolume")); n != 0 {
+		t.Errorf("NodeUnstageVolume called %d times while a device is mapped", n)
+	}
+	if err := unix.Unmount(stray, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(stray); err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.ops.Unstage(ctx, name); err != nil {
+		t.Fatalf("Unstage once the global map is empty: %v", err)
 	}
 	ph.assertClean(t)
 }

@@ -122,6 +122,22 @@ type Observer interface {
 	ObserveOperation(driver string, step volume.Step, err error, d time.Duration)
 }
 
+// OwnershipObserver receives what the recursive fsGroup ownership changes
+// do, e.g. to export them as metrics; *metrics.Ownership implements it. Its
+// methods must not block.
+type OwnershipObserver interface {
+	// OwnershipFiles adds n files and directories done for a volume of
+	// driver, while a change runs.
+	OwnershipFiles(driver string, n int64)
+	// OwnershipRunning adds delta (+1 when a change starts, -1 when it
+	// ends) to the changes in progress.
+	OwnershipRunning(driver string, delta int)
+	// OwnershipDone counts a finished change by result: "changed" (walked),
+	// "skipped" (OnRootMismatch found the root in place), "interrupted"
+	// (the pod no longer wants the volume, or the agent stops) or "failed".
+	OwnershipDone(driver, result string)
+}
+
 // StateReader is what operations read from the actual state of world;
 // *asw.World implements it.
 type StateReader interface {
@@ -150,6 +166,9 @@ type StateRecorder interface {
 	ForgetPod(key volume.PodKey)
 	// ForgetVolume drops a volume after a successful unstage.
 	ForgetVolume(name volume.Name)
+	// RecordProgress records (nil: clears) the progress of a long setup
+	// step on a pod's volume.
+	RecordProgress(key volume.PodKey, id volume.ID, p *asw.Progress)
 }
 
 // ActualState is the actual state of world as operations use it.

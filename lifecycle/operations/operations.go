@@ -44,6 +44,15 @@ type Config struct {
 	// Observer receives every step's duration and outcome; nil records
 	// nothing.
 	Observer Observer
+	// Ownership receives what the fsGroup ownership changes do; nil
+	// records nothing.
+	Ownership OwnershipObserver
+	// OnProgress, if set, is called whenever the progress of a long setup
+	// step on a pod's volume (asw.Pod.Progress) was recorded, e.g. to
+	// refresh the pod's condition. It must not block.
+	OnProgress func(key volume.PodKey)
+	// ProgressInterval is how often that progress is recorded; 0 means 5s.
+	ProgressInterval time.Duration
 }
 
 // Operations performs the CSI steps of the lifecycle, one step per call:
@@ -68,6 +77,7 @@ type Operations struct {
 	tokens      Tokens
 	mounts      Mounts
 	observer    Observer
+	owners      *owners
 
 	locks   *locks
 	tree    *tree
@@ -100,6 +110,7 @@ func New(cfg Config) (*Operations, error) {
 	if mounts == nil {
 		mounts = mount.New("")
 	}
+
 	return &Operations{
 		layout:      layout,
 		nodeName:    cfg.NodeName,
@@ -111,6 +122,7 @@ func New(cfg Config) (*Operations, error) {
 		tokens:      cfg.Tokens,
 		mounts:      mounts,
 		observer:    cfg.Observer,
+		owners:      newOwners(cfg),
 		locks:       newLocks(),
 		tree:        &tree{mounts: mounts},
 		digests:     newDigests(),

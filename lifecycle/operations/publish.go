@@ -41,8 +41,14 @@ import (
 // Publishes of different pods of a volume run in parallel; a
 // ReadWriteOncePod volume's publishes run one at a time (see locks).
 //
-// Not done (yet): the kubelet's recursive fsGroup ownership change for
-// drivers without VOLUME_MOUNT_GROUP, and SELinux mount contexts.
+// A filesystem volume with an SELinux context is published with
+// context="..." among its mount flags, and refused while the volume is
+// staged with another context. After a successful NodePublishVolume, a
+// block volume is mapped in the kubelet's layout (block.go), and a
+// filesystem volume's files are given to the pod's fsGroup when the driver
+// cannot do it (fsgroup.go; Interrupt stops that for a pod that went). The
+// actual state records how the volume is presented to the pod (device
+// path, SELinux context).
 func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.Source, pv volume.PodVolume) (err error) {
 	rwop := isReadWriteOncePod(src.AccessModes)
 	unlock, err := o.locks.lockPod(ctx, key, rwop)
@@ -82,6 +88,12 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		if !ok || v.Stage != volume.Staged {
 			return s.fail(fmt.Errorf("%w: %s", volume.ErrNotStaged, key.Volume))
 		}
+		if v.SELinuxContext != src.SELinuxContext {
+			// One mount, one context: the volume is staged again once the
+			// pods of the other context are gone.
+			return s.fail(fmt.Errorf("%w: %s is staged with SELinux context %q, the pod needs %q",
+				volume.ErrInUse, key.Volume, v.SELinuxContext, src.SELinuxContext))
+		}
 		stagingPath = v.StagingPath
 	}
 	publishContext, err := o.publishContext(key.Volume, src, pol.AttachRequired)
@@ -104,9 +116,25 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	if err != nil {
 		return s.fail(err)
 	}
+	var after func() error
+	afterStep := volume.StepPublish
+	switch {
+	case src.AccessType == volume.Block:
+		after = func() error { return o.mapBlock(pub) }
+	case ownershipNeeded(src, pv, pol, caps):
+		// Registered before the call, so that a pod deleted meanwhile
+		// interrupts the change before it starts.
+		walkCtx, release := o.owners.register(ctx, key)
+		defer release()
+		afterStep = volume.StepApplyAccessControl
+		after = func() error { return o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv) }
+	}
 	return s.run(ctx, publishPlan{
-		client: client,
-		site:   publishingSite{Publishing: pub},
+		presentation: volume.Presentation{DevicePath: pub.DeviceLink, SELinuxContext: src.SELinuxContext},
+		after:        after,
+		afterStep:    afterStep,
+		client:       client,
+		site:         publishingSite{Publishing: pub},
 		record: checkpoint.PublishRecord{
 			SpecVolID:           pv.PublishName(src),
 			VolumeHandle:        src.Handle,
@@ -118,6 +146,7 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 			PodUID:              key.Pod,
 			AccessType:          src.AccessType,
 			TargetPath:          pub.Target,
+			SELinuxMountContext: src.SELinuxContext,
 		},
 		req: &csi.NodePublishVolumeRequest{
 			VolumeId:          src.Handle,
@@ -182,15 +211,32 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 		return nil
 	}
 	var site publishingSite
+	var parsed paths.PodVolume
 	if external {
 		site, err = o.callerPublishing(v.ID, key, p.TargetPath)
 	} else {
-		var parsed paths.PodVolume
 		parsed, err = o.layout.ParseTarget(p.TargetPath)
 		site = publishingSite{Publishing: parsed.Publishing}
 	}
 	if err != nil {
 		return fail(p.State, err)
+	}
+	switch {
+	case external:
+	case parsed.AccessType == volume.Filesystem:
+		// The kubelet's CleanSubPaths, before TearDown.
+		dir, err := o.layout.SubPaths(parsed.Pod, parsed.PublishName)
+		if err == nil {
+			err = o.cleanSubPaths(dir)
+		}
+		if err != nil {
+			return fail(p.State, err)
+		}
+	case parsed.AccessType == volume.Block:
+		// The kubelet's UnmapBlockVolume, before UnmapPodDevice.
+		if err := o.unmapBlock(parsed.Publishing); err != nil {
+			return fail(p.State, err)
+		}
 	}
 	if p.State != volume.NotPublished {
 		handle, driver := v.Handle, v.Driver
@@ -274,6 +320,15 @@ type publishPlan struct {
 	record checkpoint.PublishRecord
 	// req is sent to the driver.
 	req *csi.NodePublishVolumeRequest
+	// after, if set, runs once NodePublishVolume succeeded: the block map,
+	// or the fsGroup ownership change. Its error leaves the publish
+	// uncertain.
+	after func() error
+	// afterStep is the step after's errors are recorded under.
+	afterStep volume.Step
+	// presentation is how the published volume is handed to the pod,
+	// recorded once the publish (and after) succeeded.
+	presentation volume.Presentation
 }
 
 // run writes the publish record (and, for the layout, the target's parent
@@ -296,6 +351,19 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 	}
 
 	rpcErr := p.client.NodePublishVolume(ctx, p.req)
+	step := volume.StepPublish
+	if rpcErr == nil && p.after != nil {
+		// The volume is mounted: an error from here on is uncertain (the
+		// kubelet's UncertainProgressError), so the mount is torn down when
+		// the pod goes and the step is retried while it stays.
+		if err := p.after(); err != nil {
+			rpcErr, step = err, p.afterStep
+		}
+	}
+	var presentation *volume.Presentation
+	if rpcErr == nil {
+		presentation = &p.presentation
+	}
 	next := afterPublish(s.prev.State, s.prev.Reconstructed, rpcErr)
 	if next == volume.NotPublished {
 		if cleanErr := o.removePublishing(p.site); cleanErr != nil {
@@ -306,10 +374,11 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 		// The caller got the error; there is nothing to remember.
 		o.forgetPod(s.key)
 	} else {
-		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepPublish, State: next, TargetPath: p.site.Target, External: s.external, Err: rpcErr})
+		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: step, State: next, TargetPath: p.site.Target,
+			External: s.external, Presentation: presentation, Err: rpcErr})
 	}
 	if rpcErr != nil {
-		s.logger.V(2).Info("NodePublishVolume failed", "state", next, "err", rpcErr)
+		s.logger.V(2).Info("Publish failed", "step", step, "state", next, "err", rpcErr)
 		return rpcErr
 	}
 	s.logger.V(2).Info("Published volume", "targetPath", p.site.Target)

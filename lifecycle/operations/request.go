@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -63,7 +64,8 @@ func isReadWriteOncePod(modes []corev1.PersistentVolumeAccessMode) bool {
 
 // capability builds volume_capability for src. Block volumes get
 // access_type block; filesystem volumes get fs_type, the PV's mount options
-// and, when the driver has VOLUME_MOUNT_GROUP, volume_mount_group = fsGroup.
+// (and context= with the volume's SELinux context) and, when the driver has
+// VOLUME_MOUNT_GROUP, volume_mount_group = fsGroup.
 // Inline volumes are ReadWriteOnce without mount options, as in the kubelet.
 func capability(src volume.Source, caps csiclient.NodeCapabilities, fsGroup *int64) *csi.VolumeCapability {
 	modes, mountOptions := src.AccessModes, src.MountOptions
@@ -78,6 +80,10 @@ func capability(src volume.Source, caps csiclient.NodeCapabilities, fsGroup *int
 		return c
 	}
 	m := &csi.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: slices.Clone(mountOptions)}
+	if src.SELinuxContext != "" && !src.Inline {
+		// The kubelet's AddSELinuxMountOption, at stage and publish.
+		m.MountFlags = append(m.MountFlags, selinux.MountOption(src.SELinuxContext))
+	}
 	if fsGroup != nil && caps.VolumeMountGroup() {
 		m.VolumeMountGroup = strconv.FormatInt(*fsGroup, 10)
 	}

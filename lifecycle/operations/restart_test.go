@@ -7,10 +7,12 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -120,5 +122,52 @@ func TestUnstageAfterCrashBetweenUnpublishAndUnstage(t *testing.T) {
 	}
 	if n := len(requests[*csi.NodeUnstageVolumeRequest](after, "NodeUnstageVolume")); n != 1 {
 		t.Errorf("NodeUnstageVolume called %d times, want 1", n)
+	}
+}
+
+// TestInlineVolumeAfterRestartIsNeverUnstaged: reconstruction finds an
+// inline (ephemeral) volume's publish record and must not make up a stage
+// for it. Before the fix the rebuilt volume was StageUncertain and its
+// teardown sent a NodeUnstageVolume for a volume that was never staged.
+func TestInlineVolumeAfterRestartIsNeverUnstaged(t *testing.T) {
+	before := newHarness(t, harnessOptions{})
+	pol := volume.DefaultPolicy()
+	pol.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}
+	before.policies.set(testDriver, pol)
+	src := volume.Source{
+		ID:     volume.ID{Driver: testDriver, Handle: volume.InlineHandle("uid-a", "scratch"), AccessType: volume.Filesystem},
+		Inline: true,
+	}
+	key := volume.PodKey{Volume: volume.InlineName("uid-a", "scratch"), Pod: "uid-a"}
+	pv := podVolume("uid-a", "pod-a")
+	pv.SpecName = "scratch"
+	ctx := testContext(t)
+	if err := before.ops.Publish(ctx, key, src, pv); err != nil {
+		t.Fatal(err)
+	}
+
+	after := newHarness(t, harnessOptions{root: before.root})
+	after.policies.set(testDriver, pol)
+	res, err := reconstruct.Run(ctx, after.ops.Layout(), after.mounts, after.world)
+	if err != nil || res.Published != 1 || res.Staged != 0 {
+		t.Fatalf("reconstruct.Run = %+v, %v; want one publish and no stage", res, err)
+	}
+	if v, _ := after.world.Volume(key.Volume); v.Stage != volume.NotStaged {
+		t.Errorf("reconstructed inline volume stage = %v, want NotStaged", v.Stage)
+	}
+	if err := after.ops.Unpublish(ctx, key); err != nil {
+		t.Fatalf("Unpublish: %v", err)
+	}
+	if err := after.ops.Unstage(ctx, key.Volume); err != nil {
+		t.Fatalf("Unstage: %v", err)
+	}
+	if n := len(requests[*csi.NodeUnpublishVolumeRequest](after, "NodeUnpublishVolume")); n != 1 {
+		t.Errorf("NodeUnpublishVolume called %d times, want 1", n)
+	}
+	if got := requests[*csi.NodeUnstageVolumeRequest](after, "NodeUnstageVolume"); len(got) != 0 {
+		t.Errorf("NodeUnstageVolume sent for an inline volume that was never staged: %v", got)
+	}
+	if got := after.world.VolumeNames(); len(got) != 0 {
+		t.Errorf("volumes left in the actual state: %v", got)
 	}
 }

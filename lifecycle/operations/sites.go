@@ -87,14 +87,21 @@ func (o *Operations) removeStaging(s stagingSite) error {
 			return err
 		}
 	}
+	if s.MapDir != "" {
+		// Block: the global map path, empty by now (the kubelet's RemoveMapPath).
+		if err := o.tree.prune(s.MapDir, o.layout.PluginDir()); err != nil {
+			return err
+		}
+	}
 	return o.tree.removeRecordDir(s.Record, s.Dir, o.layout.PluginDir())
 }
 
 // removePublishing removes what a publish left: in the layout the target
 // (unless still mounted), then the publish record and every directory that
-// became empty, up to <root>/pods for the record's side and up to
-// <root>/plugins/kubernetes.io/csi for a block target's parent; for a
-// caller's target only the record, once the target is no longer mounted.
+// became empty, up to <root>/pods for a filesystem volume's record and up
+// to <root>/plugins/kubernetes.io/csi for a block volume's target and
+// record; for a caller's target only the record, once the target is no
+// longer mounted.
 func (o *Operations) removePublishing(p publishingSite) error {
 	if p.caller {
 		if err := o.tree.checkUnmounted(p.Target); err != nil {
@@ -110,5 +117,9 @@ func (o *Operations) removePublishing(p publishingSite) error {
 			return err
 		}
 	}
-	return o.tree.removeRecordDir(p.Record, p.Dir, o.layout.PodsDir())
+	stop := o.layout.PodsDir()
+	if p.DeviceLink != "" {
+		stop = o.layout.PluginDir() // block: the record is kept in volumeDevices/<name>/data
+	}
+	return o.tree.removeRecordDir(p.Record, p.Dir, stop)
 }

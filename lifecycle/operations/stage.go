@@ -3,7 +3,6 @@ package operations
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -79,6 +78,8 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 			PVName:       src.PVName,
 			AccessType:   src.AccessType,
 			StagingPath:  st.Path,
+			// The kubelet records the context it mounted with here too.
+			SELinuxMountContext: src.SELinuxContext,
 		},
 	}
 	if caps.StageUnstage() {
@@ -168,6 +169,17 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 		logger.Info("Recorded staging path differs from the layout, using the layout's", "recorded", v.StagingPath, "stagingTargetPath", site.Path)
 	}
 
+	if site.MapDir != "" {
+		// The kubelet's GetDeviceBindMountRefs check: a pod still mapped
+		// (its unmap failed) keeps the block volume staged.
+		devs, err := mappedDevices(site.MapDir)
+		if err != nil {
+			return fail(v.Stage, err)
+		}
+		if len(devs) > 0 {
+			return fail(v.Stage, fmt.Errorf("%w: block volume %s is still mapped at %v", volume.ErrInUse, name, devs))
+		}
+	}
 	client, err := o.driver(v.Driver)
 	if err != nil {
 		return fail(v.Stage, err)
@@ -271,13 +283,14 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 			return nil
 		}
 		// The staging directory need not be durable: the record is.
-		return os.MkdirAll(p.site.Path, checkpoint.DirMode)
+		return makeMountDir(p.site.Path)
 	})
 	if err != nil {
 		return s.fail(err)
 	}
 	if p.req == nil {
-		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: p.site.Path, External: s.external})
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: p.site.Path,
+			External: s.external, SELinuxContext: p.record.SELinuxMountContext})
 		s.logger.V(2).Info("Driver has no stage step, volume counts as staged")
 		return nil
 	}
@@ -294,7 +307,8 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 		// The caller got the error; there is nothing to remember.
 		o.forgetVolume(s.name)
 	} else {
-		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: p.site.Path, External: s.external, Err: rpcErr})
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: p.site.Path,
+			External: s.external, SELinuxContext: p.record.SELinuxMountContext, Err: rpcErr})
 	}
 	if rpcErr != nil {
 		s.logger.V(2).Info("NodeStageVolume failed", "state", next, "err", rpcErr)

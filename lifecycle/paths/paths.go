@@ -30,6 +30,10 @@ const (
 	mountDir      = "mount"
 	stagingDir    = "staging"
 	publishDir    = "publish"
+	// devDir and dataDir are below volumeDevices/<name>: the global map
+	// path and the block publish records.
+	devDir  = "dev"
+	dataDir = "data"
 
 	// maxComponent is the longest file name Linux accepts (NAME_MAX).
 	maxComponent = 255
@@ -66,6 +70,12 @@ type Staging struct {
 	// volumes, <root>/plugins/kubernetes.io/csi/volumeDevices/staging/<pvName>
 	// for block volumes.
 	Path string
+	// MapDir is, for block volumes, the kubelet's global map path
+	// <root>/plugins/kubernetes.io/csi/volumeDevices/<escaped pvName>/dev,
+	// which holds one bind mount of the device per pod (Publishing.MapFile);
+	// the volume may be unstaged only once it holds none. Empty for
+	// filesystem volumes.
+	MapDir string
 }
 
 // Staging returns where the volume id is staged. It uses id.Driver,
@@ -93,6 +103,9 @@ func (l Layout) Staging(id volume.ID) (Staging, error) {
 		if s.Path, err = l.build(pluginsDir, pluginNamespace, csiDir, volumeDevicesDir, stagingDir, name); err != nil {
 			return Staging{}, err
 		}
+		if s.MapDir, err = l.build(pluginsDir, pluginNamespace, csiDir, volumeDevicesDir, name, devDir); err != nil {
+			return Staging{}, err
+		}
 	default:
 		return Staging{}, fmt.Errorf("%w: unknown access type %d", volume.ErrInvalidName, id.AccessType)
 	}
@@ -100,10 +113,18 @@ func (l Layout) Staging(id volume.ID) (Staging, error) {
 }
 
 // Publishing is where one pod's use of a volume is published and recorded.
+//
+// A block volume is in the kubelet's layout (pkg/volume/csi/csi_block.go):
+// the driver publishes the device at Target, the global map MapFile is a
+// bind mount of it (held open by a loop device, as the kubelet's
+// MapBlockVolume does), and DeviceLink, the pod's device, is a symbolic
+// link to Target. Since DeviceLink is where the kubelet keeps the pod's
+// device, the publish record of a block volume is kept below the volume's
+// volumeDevices directory instead, one per pod.
 type Publishing struct {
 	// Dir is <root>/pods/<podUID>/volumes/kubernetes.io~csi/<escaped name>
 	// for filesystem volumes and
-	// <root>/pods/<podUID>/volumeDevices/kubernetes.io~csi/<escaped name>
+	// <root>/plugins/kubernetes.io/csi/volumeDevices/<escaped name>/data/<podUID>
 	// for block volumes; it holds Record (and, for filesystem volumes,
 	// Target).
 	Dir string
@@ -114,6 +135,15 @@ type Publishing struct {
 	// for block volumes. The driver creates it; its parent exists before
 	// NodePublishVolume is called.
 	Target string
+	// DeviceLink is, for block volumes, the pod's device:
+	// <root>/pods/<podUID>/volumeDevices/kubernetes.io~csi/<escaped name>,
+	// a symbolic link to Target (the kubelet's pod device map path). Empty
+	// for filesystem volumes.
+	DeviceLink string
+	// MapFile is, for block volumes, the pod's entry in the global map
+	// path: Staging.MapDir/<podUID>, a bind mount of Target. Empty for
+	// filesystem volumes.
+	MapFile string
 }
 
 // Publishing returns where pod's use of a volume is published. publishName
@@ -136,10 +166,16 @@ func (l Layout) Publishing(pod types.UID, publishName string, access volume.Acce
 		}
 		p.Target = filepath.Join(p.Dir, mountDir)
 	case volume.Block:
-		if p.Dir, err = l.build(podsDir, uid, volumeDevicesDir, escapedPlugin, name); err != nil {
+		if p.Dir, err = l.build(pluginsDir, pluginNamespace, csiDir, volumeDevicesDir, name, dataDir, uid); err != nil {
 			return Publishing{}, err
 		}
 		if p.Target, err = l.build(pluginsDir, pluginNamespace, csiDir, volumeDevicesDir, publishDir, name, uid); err != nil {
+			return Publishing{}, err
+		}
+		if p.DeviceLink, err = l.build(podsDir, uid, volumeDevicesDir, escapedPlugin, name); err != nil {
+			return Publishing{}, err
+		}
+		if p.MapFile, err = l.build(pluginsDir, pluginNamespace, csiDir, volumeDevicesDir, name, devDir, uid); err != nil {
 			return Publishing{}, err
 		}
 	default:

@@ -59,7 +59,8 @@ func TestKubeletPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	if blk.Dir != wantDir || blk.Record != wantDir+"/vol_data.json" ||
-		blk.Path != root+"/plugins/kubernetes.io/csi/volumeDevices/staging/pv-1" {
+		blk.Path != root+"/plugins/kubernetes.io/csi/volumeDevices/staging/pv-1" ||
+		blk.MapDir != root+"/plugins/kubernetes.io/csi/volumeDevices/pv-1/dev" {
 		t.Errorf("block Staging = %+v", blk)
 	}
 
@@ -76,9 +77,14 @@ func TestKubeletPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bpub.Dir != root+"/pods/uid-1/volumeDevices/kubernetes.io~csi/pv-1" ||
+	// The kubelet's block layout (csi_block.go): the pod's device is a
+	// symbolic link in the pod directory, the global map holds one bind
+	// mount per pod; the record is kept beside the global map.
+	if bpub.Dir != root+"/plugins/kubernetes.io/csi/volumeDevices/pv-1/data/uid-1" ||
 		bpub.Record != bpub.Dir+"/vol_data.json" ||
-		bpub.Target != root+"/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/uid-1" {
+		bpub.Target != root+"/plugins/kubernetes.io/csi/volumeDevices/publish/pv-1/uid-1" ||
+		bpub.DeviceLink != root+"/pods/uid-1/volumeDevices/kubernetes.io~csi/pv-1" ||
+		bpub.MapFile != root+"/plugins/kubernetes.io/csi/volumeDevices/pv-1/dev/uid-1" {
 		t.Errorf("block Publishing = %+v", bpub)
 	}
 

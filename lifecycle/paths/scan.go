@@ -1,6 +1,7 @@
 package paths
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,20 +51,16 @@ func (l Layout) ParsePublishingDir(dir string) (PodVolume, error) {
 	if err != nil {
 		return PodVolume{}, err
 	}
-	// pods/<uid>/{volumes,volumeDevices}/kubernetes.io~csi/<name>
-	if len(parts) != 5 || parts[0] != podsDir || parts[3] != escapedPlugin {
-		return PodVolume{}, fmt.Errorf("%w: %s is not a pod volume directory", volume.ErrInvalidName, quote(dir))
+	switch {
+	// pods/<uid>/volumes/kubernetes.io~csi/<name>
+	case len(parts) == 5 && parts[0] == podsDir && parts[2] == volumesDir && parts[3] == escapedPlugin:
+		return l.rebuild(types.UID(parts[1]), parts[4], volume.Filesystem, dir, func(p Publishing) string { return p.Dir })
+	// plugins/kubernetes.io/csi/volumeDevices/<name>/data/<uid>
+	case len(parts) == 7 && parts[0] == pluginsDir && parts[1] == pluginNamespace && parts[2] == csiDir &&
+		parts[3] == volumeDevicesDir && parts[5] == dataDir:
+		return l.rebuild(types.UID(parts[6]), parts[4], volume.Block, dir, func(p Publishing) string { return p.Dir })
 	}
-	var access volume.AccessType
-	switch parts[2] {
-	case volumesDir:
-		access = volume.Filesystem
-	case volumeDevicesDir:
-		access = volume.Block
-	default:
-		return PodVolume{}, fmt.Errorf("%w: %s is not a pod volume directory", volume.ErrInvalidName, quote(dir))
-	}
-	return l.rebuild(types.UID(parts[1]), parts[4], access, dir, func(p Publishing) string { return p.Dir })
+	return PodVolume{}, fmt.Errorf("%w: %s is not a pod volume directory", volume.ErrInvalidName, quote(dir))
 }
 
 // ParseTarget parses a target_path that Publishing built (Publishing.Target)
@@ -148,35 +145,60 @@ func (l Layout) split(p string) ([]string, error) {
 	return strings.Split(rel, string(filepath.Separator)), nil
 }
 
-// PodVolumes lists every pod volume directory under
-// <root>/pods/*/volumes/kubernetes.io~csi and
-// <root>/pods/*/volumeDevices/kubernetes.io~csi, sorted by pod and name.
-// Entries whose names do not parse are left out and reported in the
-// returned error (wrapping volume.ErrInvalidName), together with directories
-// that could not be read; the entries that did parse are returned either
-// way. A missing pods directory yields nothing.
+// PodVolumes lists every pod volume directory (Publishing.Dir): the
+// filesystem ones under <root>/pods/*/volumes/kubernetes.io~csi and the
+// block ones under <root>/plugins/kubernetes.io/csi/volumeDevices/*/data,
+// sorted by pod, name and access type. Entries whose names do not parse
+// are left out and reported in the returned error (wrapping
+// volume.ErrInvalidName), together with directories that could not be
+// read; the entries that did parse are returned either way. A missing
+// directory yields nothing.
 func (l Layout) PodVolumes() ([]PodVolume, error) {
 	podsRoot, err := l.build(podsDir)
 	if err != nil {
 		return nil, err
 	}
-	pods, errs := readDirNames(podsRoot)
+	devicesRoot, err := l.build(pluginsDir, pluginNamespace, csiDir, volumeDevicesDir)
+	if err != nil {
+		return nil, err
+	}
 	var out []PodVolume
-	for _, pod := range pods {
-		for _, kind := range []string{volumesDir, volumeDevicesDir} {
-			pluginDir := filepath.Join(podsRoot, pod, kind, escapedPlugin)
-			names, readErrs := readDirNames(pluginDir)
-			errs = append(errs, readErrs...)
-			for _, name := range names {
-				pv, err := l.ParsePublishingDir(filepath.Join(pluginDir, name))
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				out = append(out, pv)
-			}
+	var errs []error
+	add := func(dir string) {
+		pv, err := l.ParsePublishingDir(dir)
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		out = append(out, pv)
+	}
+	list := func(dir string) []string {
+		names, readErrs := readDirNames(dir)
+		errs = append(errs, readErrs...)
+		return names
+	}
+	for _, pod := range list(podsRoot) {
+		pluginDir := filepath.Join(podsRoot, pod, volumesDir, escapedPlugin)
+		for _, name := range list(pluginDir) {
+			add(filepath.Join(pluginDir, name))
 		}
 	}
+	for _, name := range list(devicesRoot) {
+		data := filepath.Join(devicesRoot, name, dataDir)
+		if name == stagingDir || name == publishDir {
+			// The kubelet's staging and publish directories; a volume of
+			// that name has a data directory (its own path is the same).
+			if _, err := os.Stat(data); err != nil {
+				continue
+			}
+		}
+		for _, pod := range list(data) {
+			add(filepath.Join(data, pod))
+		}
+	}
+	slices.SortFunc(out, func(a, b PodVolume) int {
+		return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PublishName, b.PublishName), cmp.Compare(a.AccessType, b.AccessType))
+	})
 	return out, errors.Join(errs...)
 }
 

@@ -185,7 +185,11 @@ func (f *Finalizer) volumeDirsGone(uid types.UID) error {
 		if err != nil {
 			return err
 		}
-		entries, err := os.ReadDir(filepath.Dir(p.Dir))
+		dir := filepath.Dir(p.Dir)
+		if p.DeviceLink != "" {
+			dir = filepath.Dir(p.DeviceLink) // block: the pod's devices
+		}
+		entries, err := os.ReadDir(dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -193,7 +197,7 @@ func (f *Finalizer) volumeDirsGone(uid types.UID) error {
 			return fmt.Errorf("reading the pod's volume directories: %w", err)
 		}
 		if len(entries) > 0 {
-			return fmt.Errorf("%w: %s", errVolumesOnDisk, filepath.Join(filepath.Dir(p.Dir), entries[0].Name()))
+			return fmt.Errorf("%w: %s", errVolumesOnDisk, filepath.Join(dir, entries[0].Name()))
 		}
 	}
 	return nil

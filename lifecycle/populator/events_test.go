@@ -133,6 +133,48 @@ func TestKeepsVolumeOfRunningPod(t *testing.T) {
 	}
 }
 
+// TestKeepsVolumeOfRunningPodWhoseClaimNowNamesAnotherVolume: a running
+// pod keeps the volume it has when its claim is recreated and bound to a PV
+// of another volume (or its PV replaced by one with another handle); a new
+// pod of the claim gets the new volume.
+func TestKeepsVolumeOfRunningPodWhoseClaimNowNamesAnotherVolume(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("p", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"),
+		newPV("pv2", "c1", "h2", func(pv *corev1.PersistentVolume) { pv.Spec.ClaimRef.UID = "uid-c1-again" }))
+	s := startStack(ctx, t, client, stackOptions{})
+	old := volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}
+	if _, ok := s.store.PodVolume(old); !ok {
+		t.Fatal("h1 is not desired at start")
+	}
+	core := client.CoreV1()
+	if err := core.PersistentVolumeClaims(ns).Delete(ctx, "c1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := newPVC("c1", "pv2")
+	again.UID, again.ResourceVersion = "uid-c1-again", "3"
+	if _, err := core.PersistentVolumeClaims(ns).Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Pods(ns).Create(ctx, newPod("q", withClaim("data", "c1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the new pod gets the new volume", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h2"), Pod: "uid-q"})
+		return ok
+	})
+	// The running pod is resolved again with each change of its claim.
+	eventually(ctx, t, "settled", s.pop.Settled)
+	if _, ok := s.store.PodVolume(old); !ok {
+		t.Error("the running pod lost its volume h1 when its claim was bound to another volume")
+	}
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h2"), Pod: "uid-p"}); ok {
+		t.Error("the running pod was given h2 as well")
+	}
+	if errs := s.store.PodErrors("uid-p"); len(errs) != 0 {
+		t.Errorf("errors = %v, want none", errs)
+	}
+}
+
 // TestHasSyncedWaitsForReferencedObjects: the populator is not synced while
 // a pod known at start waits for a referenced object's cache.
 func TestHasSyncedWaitsForReferencedObjects(t *testing.T) {
@@ -166,6 +208,54 @@ func TestHasSyncedWaitsForReferencedObjects(t *testing.T) {
 	}
 	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}); !ok {
 		t.Error("synced, but p's volume is not desired")
+	}
+}
+
+// TestNotSettledWhileANewPodWaitsForItsClaim is the chaos run's first
+// finding (seed 20261126): after an API server outage the agent's relist
+// brought the deletion of a pod and the creation of another pod of the same
+// volume at once; the new pod waited for its claim to be cached, the volume
+// looked unwanted meanwhile, and the reconciler unstaged it under the new
+// pod. The populator is not Settled while a pod event is not resolved into
+// the desired state, and the reconciler does not unstage until it is.
+func TestNotSettledWhileANewPodWaitsForItsClaim(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("old", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
+	s := startStack(ctx, t, client, stackOptions{})
+	eventually(ctx, t, "settled at start", s.pop.Settled)
+
+	var blocked atomic.Bool
+	blocked.Store(true)
+	unavailable := func(k8stesting.Action) (bool, runtime.Object, error) {
+		if blocked.Load() {
+			return true, nil, errors.New("injected: API server unavailable")
+		}
+		return false, nil, nil
+	}
+	// The new pod's claim is a new by-name watch: a GET, then a LIST.
+	client.PrependReactor("get", "persistentvolumeclaims", unavailable)
+	client.PrependReactor("list", "persistentvolumeclaims", unavailable)
+	// Another claim and PV of the same volume (handle h1).
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, newPV("pv2", "c2", "h1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, newPVC("c2", "pv2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, newPod("new", withClaim("data", "c2")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the old pod gone from the desired state", func() bool { return !s.store.HasPod("uid-old") })
+	if s.pop.Settled() {
+		t.Fatal("Settled while the new pod waits for its claim: the volume would be unstaged under it")
+	}
+	blocked.Store(false)
+	eventually(ctx, t, "settled once the new pod is resolved", s.pop.Settled)
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-new"}); !ok {
+		t.Error("settled, but the new pod's volume is not desired")
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/driver/policy"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -53,6 +54,14 @@ type stackOptions struct {
 	node              string
 	// noWait skips waiting for the populator to sync.
 	noWait bool
+	// workers is the populator's Workers; 0 means its default. With one,
+	// pods are resolved in the order of their events.
+	workers int
+	// watchNode checks PVs' nodeAffinity against the Node object's labels
+	// (source.Node), as cluster mode does.
+	watchNode bool
+	// seLinux is the populator's SELinux translator; nil for none.
+	seLinux selinux.Translator
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -70,13 +79,24 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		t.Fatalf("policy.New: %v", err)
 	}
 	store := dsw.New()
+	var nodeLabels populator.NodeLabels
+	var nodeWatch *source.Node
+	if o.watchNode {
+		if nodeWatch, err = source.NewNode(client, o.node); err != nil {
+			t.Fatal(err)
+		}
+		nodeLabels = nodeWatch
+	}
 	pop, err := populator.New(populator.Config{
+		Node:                  nodeLabels,
 		Source:                src,
 		DesiredState:          store,
 		Policies:              policies,
 		NodeName:              o.node,
 		RemoveTerminatingPods: o.removeTerminating,
 		Clock:                 o.clock,
+		Workers:               o.workers,
+		SELinux:               o.seLinux,
 	})
 	if err != nil {
 		t.Fatalf("populator.New: %v", err)
@@ -84,6 +104,11 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 	runCtx, cancel := context.WithCancel(ctx)
 	srcDone, popDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(srcDone); src.Run(runCtx) }()
+	if nodeWatch != nil {
+		nodeDone := make(chan struct{})
+		go func() { defer close(nodeDone); nodeWatch.Run(runCtx) }()
+		t.Cleanup(func() { <-nodeDone })
+	}
 	go func() {
 		defer close(popDone)
 		if err := pop.Run(runCtx); err != nil && runCtx.Err() == nil {

@@ -54,6 +54,10 @@ type DesiredState interface {
 	DeletePod(uid types.UID)
 	// Pod returns a pod's current desired state.
 	Pod(uid types.UID) (dsw.Pod, bool)
+	// VolumePods returns the pods that use a volume.
+	VolumePods(name volume.Name) []types.UID
+	// PodVolume returns one pod's use of a volume.
+	PodVolume(key volume.PodKey) (dsw.Use, bool)
 }
 
 // DriverPolicies tells how each CSI driver is configured (its CSIDriver
@@ -68,7 +72,18 @@ type DriverPolicies interface {
 	HasSynced() bool
 }
 
+// NodeLabels gives this node's labels. *source.Node implements it.
+type NodeLabels interface {
+	// Labels returns the node's labels; false while the Node is unknown.
+	Labels() (map[string]string, bool)
+	// OnChange subscribes fn to changes of the labels.
+	OnChange(fn func())
+	// HasSynced tells whether Labels answers from the API server's state.
+	HasSynced() bool
+}
+
 var (
+	_ NodeLabels   = &source.Node{}
 	_ Source       = &source.Source{}
 	_ DesiredState = &dsw.Store{}
 )

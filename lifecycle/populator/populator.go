@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 )
 
@@ -40,10 +41,22 @@ type Config struct {
 	// is deleted or terminal. For nodes without a kubelet, where nobody
 	// stops the pod's containers before it is deleted.
 	RemoveTerminatingPods bool
+	// WaitForContainersStopped is set when a runtime runs the pods'
+	// containers and says when they stopped (ContainersStopped): a pod
+	// leaves the desired state on that signal, when it is terminal or when
+	// it is gone, never because it is marked for deletion.
+	WaitForContainersStopped bool
 	// Workers is the number of pods resolved in parallel; 0 means 2.
 	Workers int
 	// Clock stamps when pods are first seen; nil means the real clock.
 	Clock clock.PassiveClock
+	// Node gives this node's labels, against which PersistentVolumes'
+	// nodeAffinity is checked; nil checks nothing (standalone mode).
+	Node NodeLabels
+	// SELinux turns the pods' SELinux options into the context their PVs
+	// are mounted with; nil mounts without one, as on a host without
+	// SELinux.
+	SELinux selinux.Translator
 }
 
 // Validate checks the required fields.
@@ -76,8 +89,13 @@ type Populator struct {
 	clock clock.PassiveClock
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 
-	// mu protects firstSeen, initial and isSynced.
+	// mu protects firstSeen, initial, isSynced, unresolved and events.
 	mu sync.Mutex
+	// unresolved holds, for each pod with an event not yet resolved into
+	// the desired state (queued, being resolved, or waiting for the objects
+	// it references), the number of its latest event; events counts them.
+	unresolved map[types.UID]uint64
+	events     uint64
 	// firstSeen is when each pod's first event arrived; kept until the pod
 	// leaves.
 	firstSeen map[types.UID]time.Time
@@ -86,6 +104,8 @@ type Populator struct {
 	initial  map[types.UID]struct{}
 	isSynced bool
 	synced   chan struct{}
+
+	stops stopSignals
 }
 
 // New returns a Populator for cfg and subscribes it to the Source's and the
@@ -106,11 +126,15 @@ func New(cfg Config) (*Populator, error) {
 		clock: clk,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "populator"}),
-		firstSeen: make(map[types.UID]time.Time),
-		synced:    make(chan struct{}),
+		firstSeen:  make(map[types.UID]time.Time),
+		unresolved: make(map[types.UID]uint64),
+		synced:     make(chan struct{}),
 	}
 	cfg.Source.OnPodChange(p.podChanged)
 	cfg.Policies.OnChange(p.driverChanged)
+	if cfg.Node != nil {
+		cfg.Node.OnChange(func() { p.driverChanged("") })
+	}
 	return p, nil
 }
 
@@ -125,7 +149,11 @@ func (p *Populator) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	logger.V(2).Info("Waiting for sources to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced) {
+	synced := []cache.InformerSynced{p.cfg.Source.HasSynced, p.cfg.Policies.HasSynced}
+	if p.cfg.Node != nil {
+		synced = append(synced, p.cfg.Node.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return fmt.Errorf("populator: caches did not sync: %w", context.Cause(ctx))
 	}
 	pods := p.cfg.Source.Pods()
@@ -168,18 +196,48 @@ func (p *Populator) HasSynced() bool {
 // Synced returns a channel closed when HasSynced becomes true.
 func (p *Populator) Synced() <-chan struct{} { return p.synced }
 
+// Settled tells whether every pod event so far has been resolved into the
+// desired state. While it is false, a pod the desired state does not show
+// yet (one just created, or waiting for its claim to be cached) may want any
+// volume, so a volume that looks unwanted must not be unstaged: the
+// reconciler waits.
+func (p *Populator) Settled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.unresolved) == 0
+}
+
 // podChanged enqueues a pod and notes when it was first seen.
 func (p *Populator) podChanged(uid types.UID) {
 	p.mu.Lock()
 	if _, ok := p.firstSeen[uid]; !ok {
 		p.firstSeen[uid] = p.clock.Now()
 	}
+	p.events++
+	p.unresolved[uid] = p.events
 	p.mu.Unlock()
 	p.queue.Add(uid)
 }
 
-// driverChanged re-resolves every pod when a driver's policy changes; such
-// changes are rare and resolving is cheap.
+// latestEvent returns the number of the pod's latest unresolved event.
+func (p *Populator) latestEvent(uid types.UID) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unresolved[uid]
+}
+
+// settle records that the pod's events up to event are resolved; a newer
+// event keeps it unresolved until that one is.
+func (p *Populator) settle(uid types.UID, event uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unresolved[uid] == event {
+		delete(p.unresolved, uid)
+	}
+}
+
+// driverChanged re-resolves every pod when a driver's policy (or the node's
+// labels) changes; such changes are rare and resolving is cheap.
 func (p *Populator) driverChanged(string) {
 	for _, pod := range p.cfg.Source.Pods() {
 		p.queue.Add(pod.UID)
@@ -211,7 +269,11 @@ func (p *Populator) processNext(ctx context.Context) bool {
 // enqueues it again then.
 func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	logger := klog.FromContext(ctx)
+	event := p.latestEvent(uid)
 	pod, ok := p.cfg.Source.Pod(uid)
+	if !ok {
+		p.forgetSignal(uid)
+	}
 	if !ok || p.leaving(pod) {
 		p.cfg.DesiredState.DeletePod(uid)
 		p.cfg.Source.SetReferences(uid, source.References{})
@@ -220,9 +282,18 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		p.mu.Unlock()
 		logger.V(4).Info("Pod left the desired state", "podUID", uid, "exists", ok)
 		p.resolved(logger, uid)
+		p.settle(uid, event)
 		return nil
 	}
 	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "podUID", uid)
+	if p.terminating(pod) {
+		// As the kubelet's findAndAddNewPods, which skips pods whose
+		// containers are terminating: a pod marked for deletion gets no
+		// volume it does not have yet, and keeps those it has until it is
+		// deleted or terminal.
+		logger.V(4).Info("Pod is marked for deletion; its desired volumes are kept as they are")
+		return nil
+	}
 
 	var previous []dsw.Use
 	if cur, ok := p.cfg.DesiredState.Pod(uid); ok {
@@ -248,16 +319,35 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	})
 	logger.V(4).Info("Resolved pod volumes", "volumes", len(res.uses), "errors", len(res.errs))
 	p.resolved(logger, uid)
+	p.settle(uid, event)
 	return nil
 }
 
 // leaving tells whether the pod no longer wants its volumes: it is terminal,
-// or (RemoveTerminatingPods) marked for deletion.
+// its runtime said its containers stopped, or (RemoveTerminatingPods,
+// without a runtime that signals) it is marked for deletion.
 func (p *Populator) leaving(pod *corev1.Pod) bool {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return true
 	}
+	if leaves, decided := p.runtimeSignal(pod.UID); decided {
+		return leaves
+	}
 	return p.cfg.RemoveTerminatingPods && pod.DeletionTimestamp != nil
+}
+
+// terminating tells whether the pod is marked for deletion and was not
+// known when the sources synced. Pods known then are resolved once whatever
+// their state, as the kubelet adds the volumes of terminating pods on its
+// first pass after a restart: their containers may still run.
+func (p *Populator) terminating(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, initial := p.initial[pod.UID]
+	return !initial
 }
 
 func (p *Populator) firstSeenOf(uid types.UID) time.Time {

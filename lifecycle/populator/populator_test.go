@@ -2,6 +2,7 @@ package populator_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -235,11 +236,16 @@ func TestResolve(t *testing.T) {
 }
 
 // TestSourceFields checks every field a bound CSI PV carries into the
-// desired state, and the pod-level fields.
+// desired state, and the pod-level fields. The deprecated
+// volume.beta.kubernetes.io/mount-options annotation is not among them: the
+// kubelet's CSI path sends spec.mountOptions only (csi_attacher.go
+// MountDevice, csi_mounter.go SetUpAt); MountOptionFromSpec, which adds the
+// annotation, serves the in-tree plugins.
 func TestSourceFields(t *testing.T) {
 	ctx := testContext(t)
 	pod := newPod("p", withClaim("data", "c1"), func(p *corev1.Pod) {
-		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000),
+			FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch)}
 	})
 	pv := newPV("pv1", "c1", "h1", func(pv *corev1.PersistentVolume) {
 		pv.Annotations = map[string]string{"volume.beta.kubernetes.io/mount-options": "noatime, nodiratime"}
@@ -259,7 +265,7 @@ func TestSourceFields(t *testing.T) {
 		ID:            volume.ID{Driver: driver, Handle: "h1", PVName: "pv1", AccessType: volume.Filesystem},
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		FSType:        "ext4",
-		MountOptions:  []string{"discard", "noatime", "nodiratime"},
+		MountOptions:  []string{"discard"},
 		Attributes:    map[string]string{"pool": "fast"},
 		StageSecret:   &volume.SecretRef{Namespace: "sec", Name: "stage"},
 		PublishSecret: &volume.SecretRef{Namespace: "sec", Name: "publish"},
@@ -271,7 +277,7 @@ func TestSourceFields(t *testing.T) {
 	}
 	wantPV := volume.PodVolume{
 		Pod:      volume.PodInfo{UID: "uid-p", Namespace: ns, Name: "p", ServiceAccount: "sa"},
-		SpecName: "data", FSGroup: ptr.To[int64](2000),
+		SpecName: "data", FSGroup: ptr.To[int64](2000), FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 	}
 	if diff := cmp.Diff(wantPV, u.Volume); diff != "" {
 		t.Errorf("PodVolume (-want +got):\n%s", diff)
@@ -354,5 +360,48 @@ func TestPodsThatLeave(t *testing.T) {
 				t.Errorf("a terminal pod holds references %+v", refs)
 			}
 		})
+	}
+}
+
+// TestPodMarkedForDeletionGetsNoNewVolumes: as the kubelet, a pod marked
+// for deletion gets no volume it does not have yet (its containers are
+// terminating), while a pod that has volumes keeps them until it is deleted
+// or terminal. Pods known when the sources synced are resolved once
+// whatever their state (the "with a kubelet" case of TestPodsThatLeave).
+func TestPodMarkedForDeletionGetsNoNewVolumes(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("kept", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
+	s := startStack(ctx, t, client, stackOptions{workers: 1})
+	if got := s.store.VolumePods(pvName("h1")); len(got) != 1 {
+		t.Fatalf("pods using h1 at start = %v, want kept", got)
+	}
+
+	deleting := newPod("deleting", withClaim("data", "c1"), func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} })
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, deleting, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := client.CoreV1().Pods(ns).Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	kept.ResourceVersion = "2"
+	if _, err := client.CoreV1().Pods(ns).Update(ctx, kept, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// With one worker, pods are resolved in the order of their events: once
+	// the marker is desired, the two pods before it have been handled.
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, newPod("marker", withClaim("data", "c1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "marker pod desired", func() bool {
+		_, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-marker"})
+		return ok
+	})
+	if _, ok := s.store.Pod("uid-deleting"); ok {
+		t.Error("a pod first seen while marked for deletion is in the desired state; the kubelet adds no volume to it")
+	}
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-kept"}); !ok {
+		t.Error("a pod marked for deletion lost the volume it had; it keeps it until it is deleted or terminal")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -24,9 +23,6 @@ const (
 	// pvcProtectionFinalizer keeps a claim in use from being deleted; a
 	// claim being deleted without it is not used (as the kubelet).
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
-	// mountOptionsAnnotation is the deprecated PV annotation whose
-	// comma-separated options the kubelet adds to spec.mountOptions.
-	mountOptionsAnnotation = "volume.beta.kubernetes.io/mount-options"
 )
 
 // resolver resolves the volumes of one pod. It is used by one goroutine.
@@ -36,12 +32,15 @@ type resolver struct {
 	pod     *corev1.Pod
 	info    volume.PodInfo
 	fsGroup *int64
-	mounts  sets.Set[string]
-	devices sets.Set[string]
+	// fsGroupPolicy is the pod's fsGroupChangePolicy.
+	fsGroupPolicy *corev1.PodFSGroupChangePolicy
+	mounts        sets.Set[string]
+	devices       sets.Set[string]
 	// previous are the pod's current desired uses by spec name: a volume
 	// that was resolved once is kept when resolving it again fails (a
 	// running pod's volume is never torn down because, e.g., its claim is
-	// being deleted), as the kubelet, which resolves a pod once.
+	// being deleted) or names another volume (its PV was replaced), as the
+	// kubelet, which resolves a pod once.
 	previous map[string]dsw.Use
 	refs     source.References
 	res      resolution
@@ -83,6 +82,10 @@ func (p *Populator) newResolver(logger klog.Logger, pod *corev1.Pod, previous []
 		g := *sc.FSGroup
 		r.fsGroup = &g
 	}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroupChangePolicy != nil {
+		p := *sc.FSGroupChangePolicy
+		r.fsGroupPolicy = &p
+	}
 	for _, u := range previous {
 		r.previous[u.Volume.SpecName] = u
 	}
@@ -102,16 +105,22 @@ func podVolumeNames(pod *corev1.Pod) (mounts, devices sets.Set[string]) {
 			devices.Insert(d.Name)
 		}
 	}
+	visitContainers(pod, add)
+	return mounts, devices
+}
+
+// visitContainers calls fn with every init, regular and ephemeral
+// container of the pod.
+func visitContainers(pod *corev1.Pod, fn func(*corev1.Container)) {
 	for i := range pod.Spec.InitContainers {
-		add(&pod.Spec.InitContainers[i])
+		fn(&pod.Spec.InitContainers[i])
 	}
 	for i := range pod.Spec.Containers {
-		add(&pod.Spec.Containers[i])
+		fn(&pod.Spec.Containers[i])
 	}
 	for i := range pod.Spec.EphemeralContainers {
-		add((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
+		fn((*corev1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
 	}
-	return mounts, devices
 }
 
 // resolve resolves every used volume. It returns an error only for
@@ -221,7 +230,12 @@ func (r *resolver) persistent(c *claimVolume) error {
 	case err != nil:
 		return fmt.Errorf("reading PV %s: %w", pvName, err)
 	}
+	if pv, err = r.translateInTree(pv); err != nil {
+		r.fail(c.spec, err)
+		return nil
+	}
 	csi := pv.Spec.CSI
+	affinityErr := r.nodeAffinity(pv)
 	accessType := volume.Filesystem
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 		accessType = volume.Block
@@ -242,22 +256,35 @@ func (r *resolver) persistent(c *claimVolume) error {
 		r.fail(c.spec, invalid("PV %q has volumeMode Filesystem, but is used in volumeDevices", pvName))
 	case !r.p.cfg.Policies.Get(csi.Driver).SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent):
 		r.fail(c.spec, invalid("CSI driver %q does not support Persistent volumes (PV %q)", csi.Driver, pvName))
+	case affinityErr != nil:
+		r.fail(c.spec, affinityErr)
 	default:
+		pol := r.p.cfg.Policies.Get(csi.Driver)
+		name := volume.PersistentName(csi.Driver, csi.VolumeHandle)
+		context, err := r.seLinuxContext(c.spec, pol)
+		if err == nil {
+			err = r.seLinuxConflict(name, pvName, context, pol)
+		}
+		if err != nil {
+			r.fail(c.spec, err)
+			return nil
+		}
 		src := volume.Source{
-			ID:            volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
-			AccessModes:   slices.Clone(pv.Spec.AccessModes),
-			FSType:        csi.FSType,
-			MountOptions:  mountOptions(pv),
-			Attributes:    maps.Clone(csi.VolumeAttributes),
-			StageSecret:   secretRef(csi.NodeStageSecretRef),
-			PublishSecret: secretRef(csi.NodePublishSecretRef),
-			ExpandSecret:  secretRef(csi.NodeExpandSecretRef),
+			ID:             volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
+			AccessModes:    slices.Clone(pv.Spec.AccessModes),
+			FSType:         csi.FSType,
+			MountOptions:   slices.Clone(pv.Spec.MountOptions),
+			Attributes:     maps.Clone(csi.VolumeAttributes),
+			StageSecret:    secretRef(csi.NodeStageSecretRef),
+			PublishSecret:  secretRef(csi.NodePublishSecretRef),
+			ExpandSecret:   secretRef(csi.NodeExpandSecretRef),
+			GID:            r.volumeGID(pv),
+			SELinuxContext: context,
 		}
 		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 			src.CapacityBytes = q.Value()
 		}
-		name := volume.PersistentName(src.Driver, src.Handle)
-		if r.p.cfg.Policies.Get(src.Driver).AttachRequired {
+		if pol.AttachRequired {
 			r.refs.Attachments = append(r.refs.Attachments, source.Attachment{
 				Name:   volume.AttachmentName(src.Handle, src.Driver, r.p.cfg.NodeName),
 				Volume: name,
@@ -295,10 +322,24 @@ func (r *resolver) inline(spec string, csi *corev1.CSIVolumeSource) {
 }
 
 func (r *resolver) use(name volume.Name, src volume.Source, spec string, readOnly bool) {
+	if prev, ok := r.previous[spec]; ok && prev.Name != name {
+		// The pod's volume now resolves to another volume: its PV was
+		// replaced by one with another CSI source, or its claim was
+		// recreated and bound to another PV. The pod keeps the volume it
+		// has, as with the kubelet, which resolves a pod once; a new pod
+		// gets the new one. Tearing the old one down would take it from
+		// under the running pod.
+		r.logger.V(2).Info("Keeping the volume of a running pod: its spec now resolves to another volume",
+			"specName", spec, "volume", prev.Name, "resolvesTo", name)
+		r.keepAttachment(prev)
+		r.res.uses = append(r.res.uses, prev)
+		return
+	}
 	r.res.uses = append(r.res.uses, dsw.Use{
 		Name:   name,
 		Source: src,
-		Volume: volume.PodVolume{Pod: r.info, SpecName: spec, ReadOnly: readOnly, FSGroup: r.fsGroup},
+		Volume: volume.PodVolume{Pod: r.info, SpecName: spec, ReadOnly: readOnly, FSGroup: r.fsGroup,
+			FSGroupChangePolicy: r.fsGroupPolicy},
 	})
 }
 
@@ -348,20 +389,6 @@ func secretRef(ref *corev1.SecretReference) *volume.SecretRef {
 		return nil
 	}
 	return &volume.SecretRef{Namespace: ref.Namespace, Name: ref.Name}
-}
-
-// mountOptions returns spec.mountOptions plus those of the deprecated
-// annotation, as the kubelet's MountOptionFromSpec.
-func mountOptions(pv *corev1.PersistentVolume) []string {
-	opts := slices.Clone(pv.Spec.MountOptions)
-	if a, ok := pv.Annotations[mountOptionsAnnotation]; ok {
-		for _, o := range strings.Split(a, ",") {
-			if o = strings.TrimSpace(o); o != "" {
-				opts = append(opts, o)
-			}
-		}
-	}
-	return opts
 }
 
 // specError is an invalid volume specification with a human-readable

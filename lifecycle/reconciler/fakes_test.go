@@ -74,7 +74,7 @@ func (f *fakeOps) Stage(_ context.Context, name volume.Name, src volume.Source, 
 	if err != nil {
 		state = volume.NotStaged
 	}
-	f.world.RecordStage(name, id(src), asw.StageOutcome{Step: volume.StepStage, State: state, Err: err})
+	f.world.RecordStage(name, id(src), asw.StageOutcome{Step: volume.StepStage, State: state, SELinuxContext: src.SELinuxContext, Err: err})
 	return err
 }
 

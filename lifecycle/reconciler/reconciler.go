@@ -31,11 +31,21 @@ type Config struct {
 	// Synced is closed once the desired state has seen every pod (the
 	// populator's Synced). Nothing is torn down before.
 	Synced <-chan struct{}
+	// Settled, when set, tells whether the desired state has resolved
+	// every pod event so far (the populator's Settled). A volume that looks
+	// unwanted is not unstaged while it is false: a pod not resolved yet
+	// may want it.
+	Settled func() bool
 	// Status, Events, InUse and Ready are optional outputs.
 	Status StatusWriter
 	Events EventRecorder
 	InUse  InUseReporter
 	Ready  ReadyObserver
+	// Expander, when set, expands a volume right after its publish when
+	// its claim was resized before the mount.
+	Expander MountExpander
+	// Health, when set, names unhealthy volumes in ready pods' conditions.
+	Health VolumeHealth
 	// VolumeWorkers and PodWorkers are the numbers of keys handled at once;
 	// 0 means 8 and 32.
 	VolumeWorkers, PodWorkers int

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,41 @@ func TestSharedVolumeUnstagedAfterLastPod(t *testing.T) {
 	if slices.Index(calls, "unstage "+name) < slices.Index(calls, "unpublish "+name+"@b") {
 		t.Errorf("unstaged before the last unpublish: %q", calls)
 	}
+}
+
+// TestNoUnstageWhileTheDesiredStateIsUnsettled: a volume whose last pod
+// left is unpublished at once, but unstaged only once the desired state has
+// resolved every pod event (a pod not resolved yet may want it, the chaos
+// run's first finding); a pod that wants it by then keeps it staged.
+func TestNoUnstageWhileTheDesiredStateIsUnsettled(t *testing.T) {
+	var settled atomic.Bool
+	settled.Store(true)
+	h := newHarness(t, func(c *Config) { c.Settled = settled.Load })
+	close(h.synced)
+	src := pvSource("h1")
+	name := string(volume.PersistentName(testDriver, "h1"))
+	h.setPod("a", src)
+	h.waitCalls(t, "attach "+name, "stage "+name, "publish "+name+"@a")
+
+	settled.Store(false) // pod b has an event the populator has not resolved yet
+	h.desired.DeletePod("a")
+	h.waitCalls(t, "attach "+name, "stage "+name, "publish "+name+"@a", "unpublish "+name+"@a")
+	vkey := volume.Name(name)
+	before := h.seenCount(vkey)
+	eventually(t, "the volume looked at again while unsettled", func() bool { return h.seenCount(vkey) > before+2 })
+	if calls := h.ops.history(); slices.Contains(calls, "unstage "+name) {
+		t.Fatalf("unstaged while the desired state was unsettled: %q", calls)
+	}
+	h.setPod("b", src) // resolved: b wants the volume
+	settled.Store(true)
+	h.waitCalls(t, "attach "+name, "stage "+name, "publish "+name+"@a", "unpublish "+name+"@a", "publish "+name+"@b")
+
+	settled.Store(false)
+	h.desired.DeletePod("b")
+	h.waitCalls(t, "attach "+name, "stage "+name, "publish "+name+"@a", "unpublish "+name+"@a", "publish "+name+"@b", "unpublish "+name+"@b")
+	settled.Store(true)
+	h.waitCalls(t, "attach "+name, "stage "+name, "publish "+name+"@a", "unpublish "+name+"@a", "publish "+name+"@b", "unpublish "+name+"@b",
+		"unstage "+name)
 }
 
 func TestDriverNotRegisteredThenRegistered(t *testing.T) {

@@ -42,6 +42,11 @@ func (r *Reconciler) podChanged(uid types.UID) {
 	}
 }
 
+// PodStatusChanged recomputes a pod's VolumesReady status: for a change of
+// the actual state that no step's end reports, such as the progress of a
+// long fsGroup ownership change.
+func (r *Reconciler) PodStatusChanged(uid types.UID) { r.podChanged(uid) }
+
 // podStatus is the pod's VolumesReady status: ready when every volume it
 // wants is published (an uncertain publish is not ready), otherwise blocked
 // by the first volume that is not, with the step and error that hold it.
@@ -56,7 +61,7 @@ func (r *Reconciler) podStatus(uid types.UID) status.PodVolumesStatus {
 			return status.Blocked(p.Info, b)
 		}
 	}
-	return status.Ready(p.Info)
+	return r.readyStatus(p)
 }
 
 // blocker says what holds one use back, if anything.
@@ -68,6 +73,8 @@ func (r *Reconciler) blocker(key volume.PodKey, src volume.Source, specName stri
 	}
 	v, _ := r.cfg.Actual.Volume(key.Volume)
 	switch {
+	case ap.Progress != nil:
+		b.Step, b.Progress = ap.Progress.Step, ap.Progress.String()
 	case ap.LastError != nil:
 		b.Step, b.Err = ap.LastError.Step, ap.LastError.Err
 	case v.LastError != nil:

@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
+
+// settleRetry is how soon a volume whose unstage waits for the desired state
+// to settle is looked at again.
+const settleRetry = 100 * time.Millisecond
 
 // syncVolume brings one volume's attach and stage state in line: a wanted
 // volume is attached (checked) and staged, then its pods are handed to the
@@ -29,6 +34,16 @@ func (r *Reconciler) syncVolume(ctx context.Context, name volume.Name) error {
 		return nil
 	}
 	v, _ := r.cfg.Actual.Volume(name)
+	if v.Stage == volume.Staged && v.SELinuxContext != src.SELinuxContext {
+		// Staged with another SELinux context (for pods that are gone):
+		// unstaged once no pod uses it, then attach is checked again and the
+		// volume staged for the new pods, as the kubelet unmounts the device
+		// first. Unpublishes enqueue the volume.
+		if err := r.cfg.Operations.Unstage(ctx, name); err != nil {
+			return fmt.Errorf("unstage to change the SELinux context: %w", err)
+		}
+		v, _ = r.cfg.Actual.Volume(name)
+	}
 	if !v.Attached {
 		if r.mustWaitForInUse(name, src) {
 			// Reported enqueues the volume once the Node says it is in use.
@@ -88,6 +103,16 @@ func (r *Reconciler) tearDownVolume(ctx context.Context, name volume.Name) error
 		}
 		return nil
 	}
+	if r.cfg.Settled != nil && !r.cfg.Settled() {
+		// A pod not resolved yet may want the volume: look again shortly.
+		r.volumes.AddAfter(name, settleRetry)
+		return nil
+	}
+	if _, wanted := r.cfg.Desired.Volume(name); wanted {
+		// Wanted again meanwhile.
+		r.volumes.Add(name)
+		return nil
+	}
 	if err := r.cfg.Operations.Unstage(ctx, name); err != nil {
 		return fmt.Errorf("unstage %s: %w", name, err)
 	}
@@ -115,8 +140,9 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 	if p, _ := r.cfg.Actual.Pod(key); p.State == volume.Published {
 		return nil
 	}
-	if v, _ := r.cfg.Actual.Volume(key.Volume); v.Stage != volume.Staged && !use.Source.Inline {
-		// The volume queue stages it and hands this key back.
+	if v, _ := r.cfg.Actual.Volume(key.Volume); (v.Stage != volume.Staged || v.SELinuxContext != use.Source.SELinuxContext) && !use.Source.Inline {
+		// The volume queue stages it (again, with this pod's SELinux
+		// context) and hands this key back.
 		r.volumes.Add(key.Volume)
 		return nil
 	}
@@ -124,7 +150,7 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 		r.recordFailure(key.Volume, volume.StepPublish, err, key.Pod)
 		return fmt.Errorf("publish %s: %w", key, err)
 	}
-	return nil
+	return r.expandAfterPublish(ctx, key, use)
 }
 
 // knownVolumes is every volume the desired or the actual state knows.

@@ -3,12 +3,15 @@ package reconstruct
 import (
 	"context"
 	"fmt"
+	"os"
 
+	"github.com/moby/sys/mountinfo"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -49,6 +52,9 @@ type Result struct {
 	// corrupt, or not matching their directory); they are left alone on
 	// disk and logged.
 	Failed []error
+	// Removed counts the directories an interrupted step left without a
+	// record and with nothing else in them, which were removed.
+	Removed int
 }
 
 func (r *Result) add(o Result) {
@@ -57,6 +63,7 @@ func (r *Result) add(o Result) {
 	r.ProvenStaged += o.ProvenStaged
 	r.ProvenPublished += o.ProvenPublished
 	r.Failed = append(r.Failed, o.Failed...)
+	r.Removed += o.Removed
 }
 
 // Run rebuilds the actual state into st, once at start before anything
@@ -84,6 +91,11 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 	}
 	for _, sv := range staged {
 		if err := reconstructStaged(ctx, layout, sv, mounts, st, &res); err != nil {
+			if removed, rmErr := removeLeftover(sv.Dir, sv.Record, layout.PluginDir(), err); removed && rmErr == nil {
+				logger.Info("Removed a staged-volume directory an interrupted step left empty", "dir", sv.Dir)
+				res.Removed++
+				continue
+			}
 			logger.Error(err, "Cannot reconstruct staged volume; leaving it alone", "dir", sv.Dir)
 			res.Failed = append(res.Failed, err)
 		}
@@ -94,12 +106,21 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 	}
 	for _, pv := range pods {
 		if err := reconstructPublished(ctx, pv, mounts, st, &res); err != nil {
+			// A block volume's target lies outside the directory: it must not
+			// be mounted either.
+			if !intact(ctx, mounts, pv.Target) {
+				if removed, rmErr := removeLeftover(pv.Dir, pv.Record, layout.PodsDir(), err); removed && rmErr == nil {
+					logger.Info("Removed a pod volume directory an interrupted step left empty", "dir", pv.Dir)
+					res.Removed++
+					continue
+				}
+			}
 			logger.Error(err, "Cannot reconstruct pod volume; leaving it alone", "dir", pv.Dir)
 			res.Failed = append(res.Failed, err)
 		}
 	}
 	logger.Info("Reconstructed actual state", "staged", res.Staged, "stagedIntact", res.ProvenStaged,
-		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed))
+		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed), "removed", res.Removed)
 	return res, nil
 }
 
@@ -120,8 +141,15 @@ func reconstructStaged(ctx context.Context, layout paths.Layout, sv paths.Staged
 	}
 	st.AddReconstructedVolume(name, id, staging.Path)
 	res.Staged++
-	if intact(ctx, mounts, staging.Path) {
-		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path})
+	proven := intact(ctx, mounts, staging.Path)
+	if !proven && id.AccessType == volume.Block {
+		// A block volume's staging path is a directory the driver mounts
+		// its device (or whatever it needs) into.
+		proven = mountedBelow(ctx, staging.Path)
+	}
+	if proven {
+		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: staging.Path,
+			SELinuxContext: rec.SELinuxMountContext})
 		res.ProvenStaged++
 	}
 	return nil
@@ -151,11 +179,50 @@ func reconstructPublished(ctx context.Context, pv paths.PodVolume, mounts Mounts
 	// The target comes from the layout, never from the record.
 	st.AddReconstructedPod(key, id, pv.Target)
 	res.Published++
-	if intact(ctx, mounts, pv.Target) {
-		st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: pv.Target})
+	proven := intact(ctx, mounts, pv.Target)
+	presented := volume.Presentation{SELinuxContext: rec.SELinuxMountContext}
+	if pv.AccessType == volume.Block {
+		// A block publish is proven only with its map in place; otherwise
+		// it is published (and mapped) again, or torn down.
+		proven = proven && blockMapped(pv.Publishing)
+		presented.DevicePath = pv.DeviceLink
+	}
+	if proven {
+		st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: pv.Target,
+			Presentation: &presented})
 		res.ProvenPublished++
 	}
 	return nil
+}
+
+// blockMapped says whether a block volume's map for one pod is in place:
+// the global map shows a device held open by a loop device, and the pod's
+// device links to the target.
+func blockMapped(pub paths.Publishing) bool {
+	fi, err := os.Lstat(pub.MapFile)
+	if err != nil || fi.Mode()&os.ModeDevice == 0 {
+		return false
+	}
+	if to, err := os.Readlink(pub.DeviceLink); err != nil || to != pub.Target {
+		return false
+	}
+	_, err = loopdev.Find(pub.MapFile)
+	return err == nil
+}
+
+// mountedBelow says whether anything is mounted below dir.
+func mountedBelow(ctx context.Context, dir string) bool {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Mount not proven intact", "path", dir, "err", err)
+		return false
+	}
+	for _, m := range mounts {
+		if m.Mountpoint != dir {
+			return true
+		}
+	}
+	return false
 }
 
 // intact says whether path is still a mount point. Any doubt (missing,

@@ -2,7 +2,9 @@ package reconstruct
 
 import (
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -139,5 +141,72 @@ func TestReconstruction(t *testing.T) {
 	}
 	if len(res.Failed) > 0 && !errors.Is(res.Failed[0], checkpoint.ErrCorrupt) {
 		t.Errorf("failure %v does not say the record is corrupt", res.Failed[0])
+	}
+}
+
+// TestLeftoversOfInterruptedStepsAreRemoved is a chaos run's finding (seed
+// 16016): an agent killed between removing a record and removing its
+// directory (or after a publish failed on a full disk) left pod volume
+// directories without a record, which every later start logged as
+// "Cannot reconstruct pod volume; leaving it alone" and nobody removed. A
+// directory with no record and nothing but the record's temporary files is
+// removed at start, with the parents that became empty; one with anything
+// else in it, or whose target is mounted, is left alone.
+func TestLeftoversOfInterruptedStepsAreRemoved(t *testing.T) {
+	f := newFixture(t)
+	mkdir := func(dir string, files ...string) string {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	pub := func(pod, name string, access volume.AccessType) paths.Publishing {
+		p, err := f.layout.Publishing(types.UID(pod), name, access)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	gone := []string{
+		mkdir(pub("uid-empty", "pv-a", volume.Filesystem).Dir),
+		mkdir(pub("uid-tmp", "pv-b", volume.Filesystem).Dir, ".vol_data.json.tmp-123"),
+		mkdir(pub("uid-block", "pv-c", volume.Block).Dir),
+		mkdir(filepath.Join(f.layout.PluginDir(), driver, paths.HandleHash("h-empty"))),
+	}
+	kept := []string{
+		mkdir(pub("uid-data", "pv-d", volume.Filesystem).Dir, "somebody's file"),
+	}
+	mounted := pub("uid-mounted", "pv-e", volume.Filesystem)
+	f.bindMount(mounted.Target)
+	kept = append(kept, mounted.Dir)
+
+	_, ctx := ktesting.NewTestContext(t)
+	res, err := Run(ctx, f.layout, f.mounter, asw.New(asw.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range gone {
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want it removed", dir, err)
+		}
+	}
+	for _, dir := range []string{filepath.Join(f.layout.PodsDir(), "uid-empty"), filepath.Join(f.layout.PluginDir(), driver)} {
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the parent %s that became empty: %v, want it removed", dir, err)
+		}
+	}
+	for _, dir := range kept {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("%s: %v, want it left alone", dir, err)
+		}
+	}
+	if res.Removed != len(gone) || len(res.Failed) != len(kept) {
+		t.Errorf("Removed %d, Failed %v; want %d removed and %d failed", res.Removed, res.Failed, len(gone), len(kept))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -32,7 +33,8 @@ func (s *Secrets) GetSecret(ctx context.Context, namespace, name string) (map[st
 		return nil, fmt.Errorf("%w: Secret reference %q/%q needs a namespace and a name",
 			volume.ErrInvalidSpec, namespace, name)
 	}
-	secret, err := s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	// client-go logs response bodies from V(8): not this one's.
+	secret, err := s.client.CoreV1().Secrets(namespace).Get(redact.Quiet(ctx, redact.APIBodies), name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("getting Secret %s/%s: %w", namespace, name, err)
 	}

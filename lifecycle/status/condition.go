@@ -32,6 +32,10 @@ const (
 	// ReasonAttachFailed: waiting for attach failed otherwise, e.g. the
 	// VolumeAttachment reports an attachError.
 	ReasonAttachFailed = "AttachFailed"
+	// ReasonVolumeAttachmentLimitExceeded: the attach failed with the
+	// driver's ResourceExhausted (volume.ErrAttachLimitExceeded), the
+	// kubelet's reason for failing such a pod (KEP-4876).
+	ReasonVolumeAttachmentLimitExceeded = "VolumeAttachmentLimitExceeded"
 	// ReasonVolumeInUse: the step waits for another pod's use of the volume
 	// to end (volume.ErrInUse).
 	ReasonVolumeInUse = "VolumeInUse"
@@ -51,6 +55,10 @@ const (
 	ReasonVolumeFailed = "VolumeFailed"
 	// ReasonVolumesPending: nothing failed; a step is in progress.
 	ReasonVolumesPending = "VolumesPending"
+	// ReasonVolumeUnhealthy is the reason of a True condition: every
+	// volume is published, and a driver reports an adverse health
+	// condition of one (NodeGetVolumeHealth); the message says which.
+	ReasonVolumeUnhealthy = "VolumeUnhealthy"
 )
 
 // MaxMessageLength bounds condition and Event messages, in bytes: the
@@ -91,6 +99,13 @@ func Ready(pod volume.PodInfo) PodVolumesStatus {
 	return PodVolumesStatus{Pod: pod, Ready: true}
 }
 
+// ReadyButUnhealthy returns the status of a pod whose volumes are all
+// published, one of which a driver reports unhealthy: True, with
+// ReasonVolumeUnhealthy and message.
+func ReadyButUnhealthy(pod volume.PodInfo, message string) PodVolumesStatus {
+	return PodVolumesStatus{Pod: pod, Ready: true, Reason: ReasonVolumeUnhealthy, Message: message}
+}
+
 // Blocked returns the status of a pod that waits for b.
 func Blocked(pod volume.PodInfo, b Blocker) PodVolumesStatus {
 	return PodVolumesStatus{Pod: pod, Reason: b.Reason(), Message: b.Message(), Pending: b.Err == nil}
@@ -109,6 +124,9 @@ type Blocker struct {
 	// Err says why the step blocks; nil means the step is in progress. It
 	// is classified with errors.Is against the volume sentinel errors.
 	Err error
+	// Progress, with a nil Err, says how far the step in progress has come
+	// (e.g. the fsGroup ownership change of a large volume).
+	Progress string
 }
 
 // VolumeName is the name messages use for the volume: the PV name for
@@ -132,6 +150,8 @@ func (b Blocker) Reason() string {
 		return ReasonInvalidVolumeSpec
 	case errors.Is(b.Err, volume.ErrDriverNotRegistered):
 		return ReasonDriverNotRegistered
+	case errors.Is(b.Err, volume.ErrAttachLimitExceeded):
+		return ReasonVolumeAttachmentLimitExceeded
 	case errors.Is(b.Err, volume.ErrNotAttached):
 		return ReasonWaitingForAttach
 	case errors.Is(b.Err, volume.ErrInUse):
@@ -179,6 +199,8 @@ func (b Blocker) detail() string {
 	method := csiMethod(b.Step)
 	if b.Err == nil {
 		switch {
+		case b.Progress != "":
+			return b.Progress
 		case b.Step == volume.StepWaitForAttach:
 			return "waiting for the volume to be attached"
 		case method != "":

@@ -37,6 +37,13 @@ func TestBlockerReasonAndMessage(t *testing.T) {
 			wantMessage: "volume pvc-1 (driver hostpath.csi.k8s.io, handle vol-1): " +
 				"waiting for VolumeAttachment csi-123 to be attached: volume is not attached yet",
 		},
+		"ownership change in progress": {
+			b: Blocker{Step: volume.StepApplyAccessControl, SpecName: "data", Source: src,
+				Progress: "changing the group of the volume's files to fsGroup 2000: 125000 files in 31s"},
+			wantReason: ReasonVolumesPending,
+			wantMessage: "volume pvc-1 (driver hostpath.csi.k8s.io, handle vol-1): " +
+				"changing the group of the volume's files to fsGroup 2000: 125000 files in 31s",
+		},
 		"waiting for attach, no error": {
 			b:           Blocker{Step: volume.StepWaitForAttach, SpecName: "data", Source: src},
 			wantReason:  ReasonWaitingForAttach,

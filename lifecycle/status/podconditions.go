@@ -75,8 +75,9 @@ type PodConditionsConfig struct {
 // every owned field on each write.
 //
 // A condition changed behind the writer's back (after it was written) is
-// corrected at the pod's next status change, not before: the writer does
-// not watch pods. Callers Forget a pod when it is deleted.
+// corrected at the pod's next change the caller reports with Recheck (the
+// informer's event of the overwrite itself), or at the pod's next status
+// change. Callers Forget a pod when it is deleted.
 type PodConditions struct {
 	client    kubernetes.Interface
 	cachedPod func(namespace, name string) *corev1.Pod
@@ -126,7 +127,12 @@ func NewPodConditions(cfg PodConditionsConfig) (*PodConditions, error) {
 // already wanted does nothing.
 func (w *PodConditions) Set(s PodVolumesStatus) {
 	if s.Ready {
-		s.Reason, s.Message, s.Pending = "", "", false
+		// A ready pod's condition has no reason, or says what to watch
+		// (ReasonVolumeUnhealthy).
+		s.Pending = false
+		if s.Reason != ReasonVolumeUnhealthy {
+			s.Reason, s.Message = "", ""
+		}
 	}
 	s.Message = sanitizeMessage(s.Message)
 	s.Reason = truncate(s.Reason, maxReasonLength)

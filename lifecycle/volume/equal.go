@@ -18,7 +18,9 @@ func (s Source) Equal(o Source) bool {
 		secretRefEqual(s.StageSecret, o.StageSecret) &&
 		secretRefEqual(s.PublishSecret, o.PublishSecret) &&
 		secretRefEqual(s.ExpandSecret, o.ExpandSecret) &&
-		s.CapacityBytes == o.CapacityBytes
+		s.CapacityBytes == o.CapacityBytes &&
+		s.SELinuxContext == o.SELinuxContext &&
+		int64PtrEqual(s.GID, o.GID)
 }
 
 // Equal tells whether two PodVolumes describe the same use of a volume by the
@@ -27,7 +29,15 @@ func (p PodVolume) Equal(o PodVolume) bool {
 	return p.Pod == o.Pod &&
 		p.SpecName == o.SpecName &&
 		p.ReadOnly == o.ReadOnly &&
-		int64PtrEqual(p.FSGroup, o.FSGroup)
+		int64PtrEqual(p.FSGroup, o.FSGroup) &&
+		ptrEqual(p.FSGroupChangePolicy, o.FSGroupChangePolicy)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
 }
 
 func secretRefEqual(a, b *SecretRef) bool {

@@ -32,6 +32,8 @@ func TestSourceEqualFields(t *testing.T) {
 		"stage secret removed":       {change: func(s *Source) { s.StageSecret = nil }},
 		"publish secret added":       {change: func(s *Source) { s.PublishSecret = &SecretRef{Name: "p"} }},
 		"capacity":                   {change: func(s *Source) { s.CapacityBytes = 1 }},
+		"selinux context":            {change: func(s *Source) { s.SELinuxContext = "system_u:object_r:container_file_t:s0:c1,c2" }},
+		"gid":                        {change: func(s *Source) { g := int64(1); s.GID = &g }},
 		"access type":                {change: func(s *Source) { s.AccessType = Block }},
 		"inline":                     {change: func(s *Source) { s.Inline = true }},
 		"fsType":                     {change: func(s *Source) { s.FSType = "xfs" }},

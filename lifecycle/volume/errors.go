@@ -29,4 +29,10 @@ var (
 	// at the path a caller named (e.g. NodeGetVolumeStats or NodeExpandVolume
 	// through the front endpoint). Final until the caller publishes it.
 	ErrNotFound = errors.New("volume not found on this node")
+	// ErrAttachLimitExceeded means the attach failed because the node has
+	// as many volumes attached as its driver allows (the VolumeAttachment's
+	// attachError has errorCode ResourceExhausted, KEP-4876): the kubelet's
+	// VolumeAttachLimitExceededError. Final for the pod until a volume is
+	// detached or the limit grows.
+	ErrAttachLimitExceeded = errors.New("the node's volume attach limit is exceeded")
 )

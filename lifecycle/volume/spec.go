@@ -67,6 +67,16 @@ type Source struct {
 	StageSecret, PublishSecret, ExpandSecret *SecretRef
 	// CapacityBytes is the PV's spec.capacity, for in-use expansion; 0 if unknown.
 	CapacityBytes int64
+	// SELinuxContext is the SELinux label the volume is mounted with
+	// (-o context=..., at stage and publish), agreed by every pod that uses
+	// it; empty mounts without one. Only PVs of drivers whose CSIDriver has
+	// seLinuxMount get one, on SELinux hosts (see lifecycle/populator).
+	SELinuxContext string
+	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
+	// containers of every pod using the volume get as a supplemental group
+	// (the kubelet's GetExtraSupplementalGroupsForPod); nil when absent or
+	// not a number.
+	GID *int64
 }
 
 // PodInfo is what the lifecycle knows of a pod that uses volumes.
@@ -87,6 +97,10 @@ type PodVolume struct {
 	ReadOnly bool
 	// FSGroup is the pod's securityContext.fsGroup.
 	FSGroup *int64
+	// FSGroupChangePolicy is the pod's securityContext.fsGroupChangePolicy:
+	// OnRootMismatch skips the recursive ownership change of a volume whose
+	// root already has the group; nil or Always walks every time.
+	FSGroupChangePolicy *corev1.PodFSGroupChangePolicy
 }
 
 // PublishName is the directory name of the volume under the pod's volume

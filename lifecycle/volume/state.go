@@ -65,4 +65,7 @@ const (
 	StepUnpublish     Step = "volume_unmount"
 	StepUnstage       Step = "unmount_device"
 	StepExpand        Step = "expand_volume"
+	// StepApplyAccessControl is the recursive fsGroup ownership change
+	// after a publish (the kubelet's FSGroupCompleteHook operation).
+	StepApplyAccessControl Step = "volume_apply_access_control"
 )

@@ -65,7 +65,7 @@ func TestAgentPublishesPodVolume(t *testing.T) {
 	want := []volumemanager.VolumeStatus{{
 		Name: n.volumeName(vol.handle), Driver: n.driver, Handle: vol.handle, PVName: vol.pvName,
 		AccessType: "Filesystem", Attached: true, State: "Staged", StagingPath: staging,
-		Pods: []volumemanager.PodStatus{{UID: string(pod.UID), State: "Published", TargetPath: target}},
+		Pods: []volumemanager.PodStatus{{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, State: "Published", TargetPath: target}},
 	}}
 	if diff := cmp.Diff(want, vols); diff != "" {
 		t.Errorf("csi-volmgr status -o json (-want +got):\n%s", diff)

@@ -72,6 +72,8 @@ type nodeOptions struct {
 	// registerNode runs the agent with --register-node: it creates the
 	// Node, which the test does not.
 	registerNode bool
+	// verbosity is the agent's -v; 0 keeps agenttest's default.
+	verbosity int
 }
 
 // newNode prepares a node for t; the agent still has to be started.
@@ -109,7 +111,8 @@ func newNode(t *testing.T, opts nodeOptions) *node {
 	if kubeConfig == nil {
 		kubeConfig = f.Env.KubeConfig
 	}
-	a := agenttest.New(t, agenttest.Options{KubeConfig: kubeConfig, NodeName: f.NodeName, CSITimeout: opts.csiTimeout, ExtraArgs: extraArgs})
+	a := agenttest.New(t, agenttest.Options{KubeConfig: kubeConfig, NodeName: f.NodeName, CSITimeout: opts.csiTimeout,
+		Verbosity: opts.verbosity, ExtraArgs: extraArgs})
 	// The agent's directory exists before the plugin starts, so the plugin's
 	// cleanup (unmount everything of its volumes) runs before it is removed.
 	p := plugintest.Start(t, plugintest.Options{Name: driver, NodeID: f.NodeName, RegistrationDir: a.RegistrationDir})
@@ -181,6 +184,13 @@ type claimedVolume struct {
 // it (as the PV controller would bind them; envtest runs no controllers).
 func (n *node) createClaimedVolume(t *testing.T, name string) claimedVolume {
 	t.Helper()
+	return n.createClaimedVolumeWith(t, name, nil)
+}
+
+// createClaimedVolumeWith is createClaimedVolume with mutate applied to
+// the PV before it is created.
+func (n *node) createClaimedVolumeWith(t *testing.T, name string, mutate func(*corev1.PersistentVolume)) claimedVolume {
+	t.Helper()
 	ctx := t.Context()
 	handle := n.createVolume(t, name)
 	pvName := n.f.Namespace + "-" + name
@@ -206,6 +216,9 @@ func (n *node) createClaimedVolume(t *testing.T, name string) claimedVolume {
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: n.driver, VolumeHandle: handle}},
 		},
+	}
+	if mutate != nil {
+		mutate(pv)
 	}
 	pv, err = n.f.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err != nil {

@@ -76,6 +76,10 @@ func BenchmarkDriverBound(b *testing.B) {
 		apiBefore, cpuBefore := apiRequests.snapshot(), cpuNow()
 		b.StartTimer()
 		stopProfile := profileWindow(b, fmt.Sprintf("agent%d", i))
+		// The reconciler's workers start their first calls while the
+		// registry still tells its other observers, the benchmark's last:
+		// calls are counted from before the socket moves in.
+		moved := time.Now()
 		registered := env.register(ctx, b)
 		obs := env.waitReady(ctx, b, len(pods))
 		stopProfile()
@@ -90,7 +94,7 @@ func BenchmarkDriverBound(b *testing.B) {
 		if i == 0 {
 			cpu = cpuNow().since(cpuBefore, time.Since(registered))
 		}
-		calls := env.calls(b, registered, "NodeStageVolume", "NodePublishVolume")
+		calls := env.calls(b, moved, "NodeStageVolume", "NodePublishVolume")
 		agentCalls = checkCalls(b, calls, len(pods))
 		if i == 0 {
 			api = apiRequests.since(apiBefore)

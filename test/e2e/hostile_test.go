@@ -18,6 +18,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
 )
 
 // TestHostileVolumes gives the agent volumes whose names, handles and
@@ -141,16 +142,10 @@ func TestHostileVolumes(t *testing.T) {
 
 	// Every path the plugin was given lies below the root, and nothing
 	// appeared outside it.
+	assertPathsBelowRoot(t, a, p)
 	entries, err := p.ReadJournal()
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, c := range plugin.Calls(entries) {
-		for _, path := range []string{c.Begin.StagingPath, c.Begin.TargetPath} {
-			if path != "" && (filepath.Clean(path) != path || !strings.HasPrefix(path, a.Root+"/")) {
-				t.Errorf("%s got path %q, not below the root %s", c.Begin.Method, path, a.Root)
-			}
-		}
 	}
 	for _, tc := range cases[:3] {
 		want := stagingPaths(a, driver, tc.claim.Handle).Path
@@ -186,6 +181,25 @@ func TestHostileVolumes(t *testing.T) {
 	assertOnlyRoot(t, a)
 	if exists(escape) {
 		t.Errorf("%s was created", escape)
+	}
+}
+
+// assertPathsBelowRoot checks that every staging and target path the
+// plugins were given is clean and lies below the agent's root.
+func assertPathsBelowRoot(t *testing.T, a *agent, plugins ...*plugintest.Plugin) {
+	t.Helper()
+	for _, p := range plugins {
+		entries, err := p.ReadJournal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range plugin.Calls(entries) {
+			for _, path := range []string{c.Begin.StagingPath, c.Begin.TargetPath} {
+				if path != "" && (filepath.Clean(path) != path || !strings.HasPrefix(path, a.Root+"/")) {
+					t.Errorf("%s got path %q, not below the root %s", c.Begin.Method, path, a.Root)
+				}
+			}
+		}
 	}
 }
 

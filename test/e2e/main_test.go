@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
@@ -39,6 +40,11 @@ type agentOptions struct {
 	// backoff; 0 means 50ms and 1s, which keeps retries out of the tests'
 	// way.
 	RetryBaseDelay, RetryMaxDelay time.Duration
+	// Changes tunes what the agent does for volumes that change while in
+	// use (stats period, mount checks, republish).
+	Changes volumemanager.ChangesConfig
+	// SELinux is the agent's SELinux translator; nil asks the host.
+	SELinux selinux.Translator
 }
 
 // agent is csi-volmgr run in the test process: the volume manager the
@@ -99,13 +105,14 @@ func startAgent(t *testing.T, f *k8stest.Fixture, opts agentOptions) *agent {
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
 	vm, err := volumemanager.New(ctx, volumemanager.Config{
-		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, CSITimeout: opts.CSITimeout,
+		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, CSITimeout: opts.CSITimeout, Changes: opts.Changes,
 		Tuning: volumemanager.Tuning{
 			Reconciler: reconciler.Config{
 				RetryBaseDelay: cmp.Or(opts.RetryBaseDelay, 50*time.Millisecond), RetryMaxDelay: cmp.Or(opts.RetryMaxDelay, time.Second),
 				ShutdownGrace: 5 * time.Second,
 			},
 			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
+			SELinux: opts.SELinux,
 		},
 	})
 	if err != nil {
@@ -205,9 +212,24 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
-// gauge returns the value of the lifecycle metric name with the given
+// gauge returns the value of the lifecycle gauge name with the given
 // labels, and whether the series exists.
 func (a *agent) gauge(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	m := a.metric(t, name, labels)
+	return m.GetGauge().GetValue(), m != nil
+}
+
+// counter returns the value of the lifecycle counter name with the given
+// labels, 0 when the series does not exist.
+func (a *agent) counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	return a.metric(t, name, labels).GetCounter().GetValue()
+}
+
+// metric returns the series of the lifecycle metric name with the given
+// labels, nil when there is none.
+func (a *agent) metric(t *testing.T, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	families, err := a.VM.Metrics().Gather()
 	if err != nil {
@@ -219,11 +241,11 @@ func (a *agent) gauge(t *testing.T, name string, labels map[string]string) (floa
 		}
 		for _, m := range mf.GetMetric() {
 			if labelsMatch(m.GetLabel(), labels) {
-				return m.GetGauge().GetValue(), true
+				return m
 			}
 		}
 	}
-	return 0, false
+	return nil
 }
 
 func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {

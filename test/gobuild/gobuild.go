@@ -1,6 +1,8 @@
 package gobuild
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,7 +42,15 @@ func (b *Binary) build() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find the go tool (or set %s to a prebuilt binary): %w", b.EnvOverride, err)
 	}
-	dir := filepath.Join(os.TempDir(), "csi-volmgr-"+b.Name)
+	// One directory per package directory, so that test binaries of other checkouts (worktrees) of
+	// the repository, which may build a different version at the same moment, never swap the
+	// binary under this one.
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find the working directory: %w", err)
+	}
+	sum := sha256.Sum256([]byte(wd))
+	dir := filepath.Join(os.TempDir(), "csi-volmgr-"+b.Name, hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create build directory: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/mod/modfile"
@@ -76,6 +77,14 @@ type Env struct {
 	StartupDuration time.Duration
 
 	testEnv *envtest.Environment
+	// certDir holds kube-apiserver's serving certificates and client CA.
+	// It belongs to Env, not to envtest, so that it outlives a stop of the
+	// API server and a restart serves with the same certificates.
+	certDir string
+	// apiServerMu serializes StopAPIServer and StartAPIServer and guards
+	// apiServerDown.
+	apiServerMu   sync.Mutex
+	apiServerDown bool
 }
 
 // Start starts etcd and kube-apiserver and waits until the API server serves
@@ -100,7 +109,14 @@ func Start(opts Options) (*Env, error) {
 	if timeout == 0 {
 		timeout = DefaultStartTimeout
 	}
-	apiServer := &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver")}
+	certDir, err := os.MkdirTemp("", "k8stest-apiserver-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the API server's certificate directory: %w", err)
+	}
+	apiServer := &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver"), CertDir: certDir}
+	// Watches end within a second of SIGTERM rather than holding the
+	// process for the whole stop timeout (see StopAPIServer).
+	apiServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	for name, values := range opts.APIServerFlags {
 		apiServer.Configure().Set(name, values...)
 	}
@@ -119,13 +135,13 @@ func Start(opts Options) (*Env, error) {
 	cfg, err := testEnv.Start()
 	if err != nil {
 		stopErr := testEnv.Stop()
-		return nil, errors.Join(fmt.Errorf("starting etcd and kube-apiserver from %s: %w", dir, err), stopErr)
+		return nil, errors.Join(fmt.Errorf("starting etcd and kube-apiserver from %s: %w", dir, err), stopErr, os.RemoveAll(certDir))
 	}
 	startup := time.Since(began)
 
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("creating clientset: %w", err), testEnv.Stop())
+		return nil, errors.Join(fmt.Errorf("creating clientset: %w", err), testEnv.Stop(), os.RemoveAll(certDir))
 	}
 	return &Env{
 		Config:          cfg,
@@ -133,14 +149,58 @@ func Start(opts Options) (*Env, error) {
 		KubeConfig:      testEnv.KubeConfig,
 		StartupDuration: startup,
 		testEnv:         testEnv,
+		certDir:         certDir,
 	}, nil
 }
 
 // Stop stops kube-apiserver and etcd and removes their data.
 func (e *Env) Stop() error {
+	e.apiServerMu.Lock()
+	defer e.apiServerMu.Unlock()
 	if err := e.testEnv.Stop(); err != nil {
 		return fmt.Errorf("stopping etcd and kube-apiserver: %w", err)
 	}
+	if err := os.RemoveAll(e.certDir); err != nil {
+		return fmt.Errorf("removing the API server's certificates: %w", err)
+	}
+	return nil
+}
+
+// StopAPIServer stops kube-apiserver the way a node drain or an upgrade
+// does (SIGTERM, SIGKILL after 20 s) and leaves etcd running with all the
+// data: an API server outage. Clients see refused connections until
+// StartAPIServer; their watches end. Stopping a stopped API server does
+// nothing.
+func (e *Env) StopAPIServer() error {
+	e.apiServerMu.Lock()
+	defer e.apiServerMu.Unlock()
+	if e.apiServerDown {
+		return nil
+	}
+	if err := e.testEnv.ControlPlane.APIServer.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	e.apiServerDown = true
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same port, with the same certificates and client CA, over the same etcd,
+// and waits until it serves: Config, Client and KubeConfig keep working, and
+// the objects are all still there. Its watch cache starts afresh, so a
+// client that resumes a watch at an old resourceVersion may be told 410
+// Gone and must relist, as after a real API server restart. Starting a
+// running API server does nothing.
+func (e *Env) StartAPIServer() error {
+	e.apiServerMu.Lock()
+	defer e.apiServerMu.Unlock()
+	if !e.apiServerDown {
+		return nil
+	}
+	if err := e.testEnv.ControlPlane.APIServer.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	e.apiServerDown = false
 	return nil
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // cleanupPasses bounds the unmount passes; each pass removes one layer of stacked mounts.
@@ -22,7 +24,7 @@ type fileID struct {
 }
 
 // CleanupMounts unmounts every mount, anywhere in the mount namespace, that shows a volume of the
-// plugin whose state directory is stateDir, and detaches the volumes' loop devices. It is meant for
+// plugin whose state directory is stateDir (FUSE mounts of its volumes included, broken or not), and detaches the volumes' loop devices. It is meant for
 // test teardown once the plugin process is gone: it finds the mounts in the mount table and the
 // volumes in the volumes directory, not in the state file, so it works whatever the plugin died doing.
 func CleanupMounts(stateDir string) error {
@@ -44,12 +46,14 @@ func CleanupMounts(stateDir string) error {
 
 	// What a mount of each volume shows: its directory, or its loop device.
 	sources := map[fileID]bool{}
+	ids := map[string]bool{}
 	var images []string
 	for _, e := range entries {
+		ids[strings.TrimSuffix(e.Name(), ".img")] = true
 		p := filepath.Join(volumesDir, e.Name())
 		if !e.IsDir() && strings.HasSuffix(e.Name(), ".img") {
 			images = append(images, p)
-			if p, err = findLoopDevice(p); err != nil {
+			if p, err = loopdev.Find(p); err != nil {
 				continue
 			}
 		}
@@ -64,6 +68,11 @@ func CleanupMounts(stateDir string) error {
 		if err != nil {
 			return err
 		}
+		fuseMounts, err := fuseMountsOf(ids)
+		if err != nil {
+			return err
+		}
+		ours = append(fuseMounts, ours...)
 		if len(ours) == 0 {
 			break
 		}
@@ -79,7 +88,7 @@ func CleanupMounts(stateDir string) error {
 		}
 	}
 	for _, img := range images {
-		if err := detachLoopDevice(img); err != nil {
+		if err := loopdev.Detach(img); err != nil {
 			errs = append(errs, err)
 		}
 	}

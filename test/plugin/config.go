@@ -27,10 +27,13 @@ var ErrInvalidConfig = errors.New("invalid plugin configuration")
 type Capabilities struct {
 	// StageUnstage advertises the node capability STAGE_UNSTAGE_VOLUME.
 	StageUnstage bool
-	// Expand advertises the node capability EXPAND_VOLUME.
+	// Expand advertises the node and controller capability EXPAND_VOLUME.
 	Expand bool
 	// VolumeStats advertises the node capability GET_VOLUME_STATS.
 	VolumeStats bool
+	// VolumeHealth advertises the node capability GET_VOLUME_HEALTH: NodeGetVolumeHealth reports the
+	// conditions the control file sets for a volume, and a broken mount.
+	VolumeHealth bool
 	// VolumeMountGroup advertises the node capability VOLUME_MOUNT_GROUP.
 	VolumeMountGroup bool
 	// SingleNodeMultiWriter advertises SINGLE_NODE_MULTI_WRITER on the node and the controller service.
@@ -52,6 +55,7 @@ func AllCapabilities() Capabilities {
 		StageUnstage:          true,
 		Expand:                true,
 		VolumeStats:           true,
+		VolumeHealth:          true,
 		VolumeMountGroup:      true,
 		SingleNodeMultiWriter: true,
 		ControllerPublish:     true,
@@ -71,6 +75,7 @@ type Config struct {
 	// StateDir holds the state file and the volumes' backing directories and image files.
 	StateDir string
 	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by ControllerPublishVolume; 0 means no limit.
+	// The control file's maxVolumesPerNode replaces it while set.
 	MaxVolumesPerNode int64
 	// Topology is the accessible topology of the node; empty disables VOLUME_ACCESSIBILITY_CONSTRAINTS.
 	Topology map[string]string
@@ -84,6 +89,11 @@ type Config struct {
 	ControlFile string
 	// JournalPath, when set, is the JSON-lines call journal (see the package documentation).
 	JournalPath string
+	// VolumeDirMode is the mode of a new filesystem volume's directory (owned by root); 0 means 0777,
+	// writable by any pod. 0755 stands for the drivers whose volumes are freshly made filesystems
+	// (EBS, Ceph RBD and most block-backed drivers: mkfs leaves the root directory root:root 0755),
+	// where a non-root pod can write only once its fsGroup was applied.
+	VolumeDirMode os.FileMode
 }
 
 // Validate fills defaults, normalizes paths and checks the configuration.
@@ -112,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("capacity %d is negative", c.Capacity))
+	}
+	if c.VolumeDirMode&^os.ModePerm != 0 {
+		errs = append(errs, fmt.Errorf("volume directory mode %#o has bits other than the permissions", c.VolumeDirMode))
 	}
 	if c.MaxVolumesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("max volumes per node %d is negative", c.MaxVolumesPerNode))

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // blockAlignment is the granularity of block volume sizes; loop devices need whole sectors.
@@ -82,7 +84,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if at == AccessBlock {
 		v.Path += ".img"
 	}
-	if err := createBacking(&v); err != nil {
+	if err := createBacking(&v, s.d.cfg.VolumeDirMode); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := s.d.store.create(v, s.d.cfg.Capacity); err != nil {
@@ -133,13 +135,16 @@ func (s *controllerServer) checkAccessibility(req *csi.TopologyRequirement) erro
 	return status.Errorf(codes.ResourceExhausted, "no requisite topology matches the node's topology %v", s.d.cfg.Topology)
 }
 
-func createBacking(v *Volume) error {
+func createBacking(v *Volume, dirMode os.FileMode) error {
 	if v.AccessType == AccessMount {
-		if err := os.Mkdir(v.Path, 0o777); err != nil {
+		if dirMode == 0 {
+			dirMode = 0o777 // writable by any pod
+		}
+		if err := os.Mkdir(v.Path, dirMode); err != nil {
 			return fmt.Errorf("create volume directory: %w", err)
 		}
-		// Mkdir honours the umask; volumes are meant to be writable by any pod.
-		if err := os.Chmod(v.Path, 0o777); err != nil {
+		// Mkdir honours the umask.
+		if err := os.Chmod(v.Path, dirMode); err != nil {
 			return fmt.Errorf("chmod volume directory: %w", err)
 		}
 		return nil
@@ -185,7 +190,7 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
 	}
 	if v.AccessType == AccessBlock {
-		if err := detachLoopDevice(v.Path); err != nil {
+		if err := loopdev.Detach(v.Path); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
@@ -239,7 +244,7 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	// Serialize attachments to this node so that the volume limit holds under concurrency.
 	unlockNode := s.d.locks.lock("node/" + nodeID)
 	defer unlockNode()
-	if limit := s.d.cfg.MaxVolumesPerNode; limit > 0 && s.d.store.attachedTo(nodeID) >= limit {
+	if limit := s.d.maxVolumes(ctx); limit > 0 && s.d.store.attachedTo(nodeID) >= limit {
 		return nil, status.Errorf(codes.ResourceExhausted, "node %s already has %d volumes attached", nodeID, limit)
 	}
 	if _, err := s.d.store.update(id, func(v *Volume) error {
@@ -372,6 +377,9 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 	if s.d.cfg.Capabilities.SingleNodeMultiWriter {
 		types = append(types, csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
 	}
+	if s.d.cfg.Capabilities.Expand {
+		types = append(types, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME)
+	}
 	resp := &csi.ControllerGetCapabilitiesResponse{}
 	for _, t := range types {
 		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
@@ -379,4 +387,52 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		})
 	}
 	return resp, nil
+}
+
+// ControllerExpandVolume grows a volume, as the external-resizer asks for it: a block volume's image
+// file (and loop device) grow at once, a filesystem volume's capacity is recorded while its file
+// system keeps its size until NodeExpandVolume. Both answer node_expansion_required, so the resizer
+// leaves the claim NodeResizePending for the node. It never shrinks a volume.
+func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	if !s.d.cfg.Capabilities.Expand {
+		return nil, status.Error(codes.Unimplemented, "the EXPAND_VOLUME capability is off")
+	}
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID missing in request")
+	}
+	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if required <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "capacity range required bytes missing in request")
+	}
+	if limit > 0 && required > limit {
+		return nil, status.Errorf(codes.OutOfRange, "required bytes %d exceed limit bytes %d", required, limit)
+	}
+	unlock := s.d.locks.lock(id)
+	defer unlock()
+
+	v, ok := s.d.store.get(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	if required <= v.CapacityBytes {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: v.filesystemBytes() < v.CapacityBytes}, nil
+	}
+	if v.AccessType == AccessBlock {
+		required = (required + blockAlignment - 1) / blockAlignment * blockAlignment
+		if err := os.Truncate(v.Path, required); err != nil {
+			return nil, status.Errorf(codes.Internal, "grow volume image: %v", err)
+		}
+	}
+	if _, err := s.d.store.update(id, func(v *Volume) error {
+		if v.AccessType == AccessMount && v.FilesystemBytes == 0 {
+			v.FilesystemBytes = v.CapacityBytes
+		}
+		v.CapacityBytes = required
+		return nil
+	}); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	klog.FromContext(ctx).V(2).Info("Expanded volume on the controller", "volume", id, "capacityBytes", required)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: required, NodeExpansionRequired: true}, nil
 }

@@ -17,6 +17,23 @@
 // PUBLISH_UNPUBLISH_VOLUME the node calls need the publish_context {"devicePath": <backing path>}
 // that ControllerPublishVolume returned.
 //
+// A filesystem volume created with the parameter FuseParameter="true" is served over FUSE by the
+// plugin process itself (staging path: a loopback FUSE mount of its directory; target: a bind mount
+// of that): when the plugin dies, its mounts answer ENOTCONN, as a FUSE driver's do, until
+// NodeStageVolume and NodePublishVolume are repeated at the same paths. Any repeated stage or publish
+// replaces a broken mount at its path.
+//
+// With EXPAND_VOLUME, ControllerExpandVolume grows a volume and asks for node expansion; the size of
+// a filesystem volume's file system (NodeGetVolumeStats' total) grows with NodeExpandVolume. With
+// GET_VOLUME_HEALTH, NodeGetVolumeHealth reports the control file's health conditions for a volume
+// and INACCESSIBLE for a broken mount. The control file can also change the node's volume limit
+// (NodeGetInfo, ControllerPublishVolume's ResourceExhausted) at run time.
+//
+// A NodePublishVolume whose volume_context has csi.storage.k8s.io/ephemeral=true (a CSI inline
+// volume; the CO sends it when the CSIDriver has podInfoOnMount) creates the filesystem volume
+// named by its volume_id if it does not exist and mounts it without staging; the NodeUnpublishVolume
+// of its last target deletes it, as csi-driver-host-path does.
+//
 // # State file
 //
 // <state-dir>/state/<volume-id>.json holds one volume (see Volume) and is replaced atomically
@@ -51,7 +68,11 @@
 //	      "message":  "injected fault",  // optional: message for code
 //	      "times":    1                  // optional: fire only this many times, counted across restarts; 0 = always
 //	    }
-//	  ]
+//	  ],
+//	  "volumeHealth": {                  // optional: NodeGetVolumeHealth conditions by volume ID
+//	    "vol-…": {"status": "DEGRADED", "reason": "SlowDisk", "message": "…"}
+//	  },
+//	  "maxVolumesPerNode": 2             // optional: replaces --max-volumes-per-node while set
 //	}
 //
 // Rules are tried in order and the first matching rule with firings left applies; its actions run in

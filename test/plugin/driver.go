@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"maps"
 
@@ -8,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // PublishContextDevicePath is the publish_context key ControllerPublishVolume returns: the volume's
@@ -25,6 +28,10 @@ type driver struct {
 
 	// locks serializes operations on one volume (keyed by ID) and CreateVolume per name (keyed by "name/"+name).
 	locks keyMutex
+	// fuse serves the FUSE mounts of FUSE-backed volumes (FuseParameter).
+	fuse fuseServers
+	// faults, when set, holds the control file's runtime knobs (volume conditions, max volumes).
+	faults *faultInjector
 }
 
 // volumeSource is what a mount of the volume shows: the backing directory for a filesystem volume,
@@ -33,8 +40,8 @@ func (d *driver) volumeSource(v *Volume) (string, error) {
 	if v.AccessType == AccessMount {
 		return v.Path, nil
 	}
-	dev, err := findLoopDevice(v.Path)
-	if errors.Is(err, errNoLoopDevice) {
+	dev, err := loopdev.Find(v.Path)
+	if errors.Is(err, loopdev.ErrNotFound) {
 		return "", nil
 	}
 	return dev, err
@@ -128,4 +135,13 @@ func (d *driver) nodeTopology() *csi.Topology {
 		return nil
 	}
 	return &csi.Topology{Segments: maps.Clone(d.cfg.Topology)}
+}
+
+// maxVolumes is the node's volume limit: the control file's maxVolumesPerNode while it sets one,
+// else Config.MaxVolumesPerNode.
+func (d *driver) maxVolumes(ctx context.Context) int64 {
+	if n, ok := d.faults.maxVolumesOverride(ctx); ok {
+		return n
+	}
+	return d.cfg.MaxVolumesPerNode
 }

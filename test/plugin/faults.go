@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -127,16 +128,41 @@ func (r FaultRule) validate() error {
 	return nil
 }
 
+// HealthReport is one adverse health condition NodeGetVolumeHealth reports.
+type HealthReport struct {
+	// Status is a CSI VolumeHealthErrorType name: DEGRADED, INACCESSIBLE or DATA_LOSS.
+	Status string `json:"status"`
+	// Reason is a CamelCase reason; required.
+	Reason string `json:"reason"`
+	// Message is for people.
+	Message string `json:"message,omitempty"`
+}
+
 // FaultConfig is the content of the control file.
 type FaultConfig struct {
 	// Generation is free text; changing it resets the Times counters even when the rules stay the same.
 	Generation string `json:"generation,omitempty"`
 	// Rules are tried in order; the first matching rule that has not used up its Times fires.
 	Rules []FaultRule `json:"rules"`
+	// VolumeHealth makes NodeGetVolumeHealth report a health condition for the volumes named by ID
+	// (with the VolumeHealth capability).
+	VolumeHealth map[string]HealthReport `json:"volumeHealth,omitempty"`
+	// MaxVolumesPerNode, when set, replaces Config.MaxVolumesPerNode while the file says so:
+	// NodeGetInfo reports it and ControllerPublishVolume enforces it, as a driver whose limit changes
+	// at run time (KEP-4876).
+	MaxVolumesPerNode *int64 `json:"maxVolumesPerNode,omitempty"`
 }
 
 // Validate checks every rule. Its errors wrap ErrInvalidFault.
 func (c FaultConfig) Validate() error {
+	for id, r := range c.VolumeHealth {
+		if _, ok := csi.VolumeHealthErrorType_value[r.Status]; !ok || r.Reason == "" {
+			return fmt.Errorf("%w: volume health of %s: status %q is not a CSI VolumeHealthErrorType or reason is empty", ErrInvalidFault, id, r.Status)
+		}
+	}
+	if c.MaxVolumesPerNode != nil && *c.MaxVolumesPerNode < 0 {
+		return fmt.Errorf("%w: maxVolumesPerNode %d is negative", ErrInvalidFault, *c.MaxVolumesPerNode)
+	}
 	for i, r := range c.Rules {
 		if err := r.validate(); err != nil {
 			return fmt.Errorf("%w %d: %w", ErrInvalidFault, i, err)
@@ -176,6 +202,9 @@ type faultInjector struct {
 	loaded  bool
 	content []byte
 	rules   []FaultRule
+	// health and maxVolumes are the file's VolumeHealth and MaxVolumesPerNode.
+	health     map[string]HealthReport
+	maxVolumes *int64
 	// key is the hash of the control file content; fired counts are kept per key.
 	key   string
 	fired []int
@@ -284,7 +313,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	if f.loaded && bytes.Equal(data, f.content) {
 		return
 	}
-	f.loaded, f.content, f.rules, f.fired = true, data, nil, nil
+	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes = true, data, nil, nil, nil, nil
 	if len(data) == 0 {
 		return
 	}
@@ -300,6 +329,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	sum := sha256.Sum256(data)
 	f.key = hex.EncodeToString(sum[:])
 	f.rules = cfg.Rules
+	f.health, f.maxVolumes = cfg.VolumeHealth, cfg.MaxVolumesPerNode
 	f.fired = make([]int, len(cfg.Rules))
 	if counts, err := f.loadCounts(); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to load fault counts")
@@ -335,4 +365,30 @@ func (f *faultInjector) saveCountsLocked() error {
 		return fmt.Errorf("encode fault counts: %w", err)
 	}
 	return writeFileAtomic(f.countsFile, data, 0o600)
+}
+
+// volumeHealth returns the health condition the control file sets for volume id.
+func (f *faultInjector) volumeHealth(ctx context.Context, id string) (HealthReport, bool) {
+	if f == nil {
+		return HealthReport{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	r, ok := f.health[id]
+	return r, ok
+}
+
+// maxVolumesOverride returns the control file's MaxVolumesPerNode, if it sets one.
+func (f *faultInjector) maxVolumesOverride(ctx context.Context) (int64, bool) {
+	if f == nil {
+		return 0, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	if f.maxVolumes == nil {
+		return 0, false
+	}
+	return *f.maxVolumes, true
 }

@@ -3,6 +3,8 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -58,6 +61,21 @@ type Entry struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 	// PublishContext is the request's publish_context (NodeStageVolume, NodePublishVolume).
 	PublishContext map[string]string `json:"publishContext,omitempty"`
+	// RequiredBytes is the request's capacity_range.required_bytes (CreateVolume,
+	// ControllerExpandVolume, NodeExpandVolume).
+	RequiredBytes int64 `json:"requiredBytes,omitempty"`
+	// TokensDigest is the hex SHA-256 of the service account tokens a NodePublishVolume carries
+	// (csi.storage.k8s.io/serviceAccount.tokens, in volume_context or secrets): two calls with the
+	// same digest got the same tokens. The tokens themselves are never written.
+	TokensDigest string `json:"tokensDigest,omitempty"`
+	// MountFlags are the mount_flags of the request's volume_capability (NodeStageVolume,
+	// NodePublishVolume), e.g. the context="..." of an SELinux mount.
+	MountFlags []string `json:"mountFlags,omitempty"`
+	// AccessType is "mount" or "block", the access type of the request's volume_capability.
+	AccessType string `json:"accessType,omitempty"`
+	// VolumeContext is the request's volume_context (NodePublishVolume), service account tokens
+	// included: the journal is test data, read by tests that check where such values must not go.
+	VolumeContext map[string]string `json:"volumeContext,omitempty"`
 	// Registered is NotifyRegistrationStatus.plugin_registered.
 	Registered *bool `json:"registered,omitempty"`
 	// Code is the gRPC code name of the result ("OK", "NotFound", ...) on end entries, and on fault
@@ -149,6 +167,10 @@ func (j *journal) interceptor(ctx context.Context, req any, info *grpc.UnaryServ
 	return resp, err
 }
 
+// serviceAccountTokensKey is the volume_context (or secrets) key of the tokens a CO passes to a
+// driver whose CSIDriver asks for them.
+const serviceAccountTokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
+
 // describeCall copies the fields of a request that tests assert on into a journal entry.
 func describeCall(fullMethod string, req any) Entry {
 	e := Entry{Method: path.Base(fullMethod)}
@@ -172,6 +194,30 @@ func describeCall(fullMethod string, req any) Entry {
 	}
 	if r, ok := req.(interface{ GetPublishContext() map[string]string }); ok {
 		e.PublishContext = r.GetPublishContext()
+	}
+	if r, ok := req.(interface{ GetCapacityRange() *csi.CapacityRange }); ok {
+		e.RequiredBytes = r.GetCapacityRange().GetRequiredBytes()
+	}
+	if r, ok := req.(*csi.NodePublishVolumeRequest); ok {
+		tokens, found := r.GetVolumeContext()[serviceAccountTokensKey]
+		if !found {
+			tokens, found = r.GetSecrets()[serviceAccountTokensKey]
+		}
+		if found {
+			sum := sha256.Sum256([]byte(tokens))
+			e.TokensDigest = hex.EncodeToString(sum[:])
+		}
+		e.VolumeContext = r.GetVolumeContext()
+	}
+	if r, ok := req.(interface{ GetVolumeCapability() *csi.VolumeCapability }); ok && r.GetVolumeCapability() != nil {
+		c := r.GetVolumeCapability()
+		e.MountFlags = c.GetMount().GetMountFlags()
+		switch {
+		case c.GetMount() != nil:
+			e.AccessType = "mount"
+		case c.GetBlock() != nil:
+			e.AccessType = "block"
+		}
 	}
 	if r, ok := req.(*registerapi.RegistrationStatus); ok {
 		registered := r.GetPluginRegistered()

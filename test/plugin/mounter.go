@@ -56,10 +56,13 @@ func bindOptions(readOnly bool, flags []string) []string {
 	return append(opts, flags...)
 }
 
-// ensureBindMount bind-mounts from onto target unless target already shows volumeSource.
-// target is created as a directory, or as a file when asFile is set (for block devices).
+// ensureBindMount bind-mounts from onto target unless target already shows volumeSource. A broken
+// mount at target (ENOTCONN, EIO, ...: its FUSE server died) is unmounted first. target is created as a directory, or as a file when asFile is set (for block devices).
 // It fails with errForeignMount when target is a mount point of something else.
 func ensureBindMount(logger klog.Logger, m mount.Interface, from, target, volumeSource string, asFile bool, opts []string) error {
+	if err := replaceBrokenMount(logger, target); err != nil {
+		return err
+	}
 	ours, err := isMountOf(m, target, volumeSource)
 	if err != nil {
 		return err

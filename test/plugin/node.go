@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
 
 // nodeServer answers the CSI Node service with real bind mounts and loop devices.
@@ -93,9 +95,12 @@ func (s *nodeServer) stage(logger klog.Logger, v *Volume, st Staging) error {
 		if err := applyMountGroup(v.Path, st.MountGroup); err != nil {
 			return err
 		}
+		if isFuse(v) {
+			return s.d.fuse.mount(logger, v, st.Path)
+		}
 		return ensureBindMount(logger, s.d.mounter, v.Path, st.Path, v.Path, false, bindOptions(false, st.MountFlags))
 	}
-	dev, err := attachLoopDevice(v.Path)
+	dev, err := loopdev.Attach(v.Path)
 	if err != nil {
 		return err
 	}
@@ -150,6 +155,9 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 // unstage removes what stage made at path. owned says the volume is staged at path or nowhere,
 // so that its device file and loop device may go.
 func (s *nodeServer) unstage(logger klog.Logger, v *Volume, path, source string, owned bool) error {
+	if isFuse(v) {
+		return unmountFuse(logger, path, v.ID)
+	}
 	if v.AccessType == AccessMount {
 		return unmountAll(logger, s.d.mounter, path, source)
 	}
@@ -166,7 +174,7 @@ func (s *nodeServer) unstage(logger klog.Logger, v *Volume, path, source string,
 	if len(v.Published) > 0 {
 		return nil
 	}
-	return detachLoopDevice(v.Path)
+	return loopdev.Detach(v.Path)
 }
 
 // NodePublishVolume bind-mounts the volume at the target path: from the staging path when staging is
@@ -185,8 +193,9 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := checkMountGroup(c); err != nil {
 		return nil, err
 	}
+	ephemeral := isEphemeral(req.GetVolumeContext())
 	staging := ""
-	if s.d.cfg.Capabilities.StageUnstage {
+	if s.d.cfg.Capabilities.StageUnstage && !ephemeral {
 		if staging = req.GetStagingTargetPath(); staging == "" {
 			return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
 		}
@@ -195,17 +204,27 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	defer unlock()
 
 	v, ok := s.d.store.get(id)
-	if !ok {
+	if ephemeral {
+		var err error
+		if v, err = s.d.ensureEphemeral(klog.FromContext(ctx), id); err != nil {
+			return nil, err
+		}
+	} else if !ok {
 		return nil, notFound(id)
 	}
 	if err := checkAccessType(&v, c); err != nil {
 		return nil, err
 	}
-	if err := s.d.checkPublishContext(&v, req.GetPublishContext()); err != nil {
-		return nil, err
+	if !v.Ephemeral {
+		if err := s.d.checkPublishContext(&v, req.GetPublishContext()); err != nil {
+			return nil, err
+		}
 	}
 	if staging != "" && (v.Staged == nil || v.Staged.Path != staging) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
+	}
+	if isFuse(&v) && staging == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "FUSE volume %s needs the STAGE_UNSTAGE_VOLUME capability", id)
 	}
 	want := Publication{
 		StagingPath: staging,
@@ -262,6 +281,12 @@ func (s *nodeServer) publish(logger klog.Logger, v *Volume, target string, p Pub
 	opts := bindOptions(p.ReadOnly, p.MountFlags)
 	if v.AccessType == AccessMount {
 		from := v.Path
+		if isFuse(v) {
+			if err := checkFuseStaged(p.StagingPath, v.ID); err != nil {
+				return status.Errorf(codes.FailedPrecondition, "staging path %s does not show FUSE volume %s: %v", p.StagingPath, v.ID, err)
+			}
+			return ensureBindMount(logger, s.d.mounter, p.StagingPath, target, p.StagingPath, false, opts)
+		}
 		if p.StagingPath != "" {
 			if ok, err := isMountOf(s.d.mounter, p.StagingPath, v.Path); err != nil {
 				return err
@@ -276,7 +301,7 @@ func (s *nodeServer) publish(logger klog.Logger, v *Volume, target string, p Pub
 	}
 
 	if p.StagingPath == "" {
-		dev, err := attachLoopDevice(v.Path)
+		dev, err := loopdev.Attach(v.Path)
 		if err != nil {
 			return err
 		}
@@ -317,7 +342,11 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if err != nil {
 		return nil, ioStatus(err)
 	}
-	if err := unmountAll(logger, s.d.mounter, target, source); err != nil {
+	unmount := func() error { return unmountAll(logger, s.d.mounter, target, source) }
+	if isFuse(&v) {
+		unmount = func() error { return unmountFuse(logger, target, v.ID) }
+	}
+	if err := unmount(); err != nil {
 		return nil, ioStatus(err)
 	}
 	_, recorded := v.Published[target]
@@ -334,11 +363,16 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	}
 	if v.AccessType == AccessBlock && v.Staged == nil && remaining == 0 {
 		// Without staging, the last unpublish releases the loop device that publish attached.
-		if err := detachLoopDevice(v.Path); err != nil {
+		if err := loopdev.Detach(v.Path); err != nil {
 			return nil, ioStatus(err)
 		}
 	}
-	if recorded {
+	if v.Ephemeral && remaining == 0 {
+		// The last unpublish of an inline volume deletes it.
+		if err := s.d.deleteEphemeral(logger, &v); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	} else if recorded {
 		if _, err := s.d.store.update(id, func(v *Volume) error { delete(v.Published, target); return nil }); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}

@@ -67,6 +67,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ControlFile != "" {
 		s.faults = newFaultInjector(cfg.ControlFile, stateDir, j)
+		s.d.faults = s.faults
 	}
 	return s, nil
 }

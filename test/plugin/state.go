@@ -44,6 +44,10 @@ type Volume struct {
 	Name string `json:"name"`
 	// CapacityBytes is the size of the volume.
 	CapacityBytes int64 `json:"capacityBytes"`
+	// FilesystemBytes is the size of a filesystem volume's file system while ControllerExpandVolume
+	// has grown the volume and NodeExpandVolume has not grown the file system yet; 0 means
+	// CapacityBytes.
+	FilesystemBytes int64 `json:"filesystemBytes,omitempty"`
 	// AccessType is fixed at creation.
 	AccessType AccessType `json:"accessType"`
 	// Path is the backing directory (mount) or sparse image file (block).
@@ -56,6 +60,9 @@ type Volume struct {
 	Staged *Staging `json:"staged,omitempty"`
 	// Published maps a target path to the NodePublishVolume in effect there.
 	Published map[string]Publication `json:"published,omitempty"`
+	// Ephemeral marks a CSI inline volume, created by its first NodePublishVolume and deleted by
+	// its last NodeUnpublishVolume.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Attachment records one ControllerPublishVolume.
@@ -335,4 +342,12 @@ func (s *store) write(v *Volume) error {
 		return fmt.Errorf("write volume record: %w", err)
 	}
 	return nil
+}
+
+// filesystemBytes is the size of the volume's file system: what the node has grown it to.
+func (v *Volume) filesystemBytes() int64 {
+	if v.FilesystemBytes > 0 {
+		return v.FilesystemBytes
+	}
+	return v.CapacityBytes
 }

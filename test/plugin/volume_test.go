@@ -322,3 +322,18 @@ func deviceSize(t *testing.T, dev string) int64 {
 	}
 	return sectors * 512
 }
+
+// TestVolumeDirMode: --volume-dir-mode=755 makes a new filesystem volume
+// look like a freshly made filesystem, whose root only root may write.
+func TestVolumeDirMode(t *testing.T) {
+	p := plugintest.Start(t, plugintest.Options{VolumeDirMode: 0o755})
+	c := dial(t, p)
+	vol := createVolume(t, c, "fresh", plugin.AccessMount, 1<<20)
+	fi, err := os.Stat(volumePath(t, p, vol.GetVolumeId()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o755 {
+		t.Errorf("volume directory mode = %v, want 0755", fi.Mode().Perm())
+	}
+}

@@ -21,6 +21,7 @@ type RunOptions struct {
 	ResyncPeriod         time.Duration
 	CSITimeout           time.Duration
 	RemoveTerminating    bool
+	WaitForStopped       bool
 	ClusterWideInformers bool
 	SettledObjectResync  time.Duration
 	KubeAPIQPS           float32
@@ -29,6 +30,7 @@ type RunOptions struct {
 	RegisterNode         bool
 	FrontEndpoint        string
 	FrontDriver          string
+	ChangeOptions
 
 	Logging *logsapi.LoggingConfiguration
 }
@@ -68,12 +70,14 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every volume is reconciled again, besides events.")
 	fs.DurationVar(&o.CSITimeout, "csi-timeout", o.CSITimeout, "Timeout of one CSI call.")
 	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
+	fs.BoolVar(&o.WaitForStopped, "wait-for-containers-stopped", o.WaitForStopped, "A runtime beside the agent runs the pods' containers: tear a pod's volumes down once the runtime said its containers stopped (POST /api/v1/pods/NAMESPACE/NAME/containers-stopped?uid=UID), the pod is terminal or it left the API server, never only because it is marked for deletion.")
 	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
 	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "How often a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is read again instead of being watched; 0 watches every referenced object while it is referenced.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
 	o.addModeFlags(fs)
 	o.addFrontFlags(fs)
+	o.addChangeFlags(fs)
 	logsapi.AddFlags(o.Logging, fs)
 }
 

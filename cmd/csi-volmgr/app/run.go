@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os/signal"
 	"syscall"
 
@@ -15,6 +16,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
@@ -57,6 +59,7 @@ var flagOf = map[string]string{
 	"FrontEndpoint":   "--front-endpoint",
 	"FrontDriver":     "--front-driver",
 	"HTTPEndpoint":    "--http-endpoint",
+	"ExpectedDrivers": "--expected-drivers",
 }
 
 // flagErrors names the flag of every volumemanager.ConfigError in err,
@@ -81,28 +84,31 @@ func flagErrors(err error) error {
 // unmounts on the way out.
 func run(ctx context.Context, o *RunOptions) error {
 	cfg := volumemanager.Config{
-		NodeName:              o.NodeName,
-		RootDir:               o.RootDir,
-		RegistrationDir:       o.RegistrationDir,
-		Manifests:             o.Manifests,
-		RegisterNode:          o.RegisterNode,
-		RemoveTerminatingPods: o.RemoveTerminating,
-		ClusterWideInformers:  o.ClusterWideInformers,
-		SettledObjectResync:   o.SettledObjectResync,
-		ResyncPeriod:          o.ResyncPeriod,
-		CSITimeout:            o.CSITimeout,
-		FrontEndpoint:         o.FrontEndpoint,
-		FrontDriver:           o.FrontDriver,
-		HTTPEndpoint:          o.HTTPEndpoint,
-		Profiling:             o.Profiling,
-		Version:               version,
+		NodeName:                 o.NodeName,
+		RootDir:                  o.RootDir,
+		RegistrationDir:          o.RegistrationDir,
+		Manifests:                o.Manifests,
+		RegisterNode:             o.RegisterNode,
+		RemoveTerminatingPods:    o.RemoveTerminating,
+		WaitForContainersStopped: o.WaitForStopped,
+		ClusterWideInformers:     o.ClusterWideInformers,
+		SettledObjectResync:      o.SettledObjectResync,
+		ResyncPeriod:             o.ResyncPeriod,
+		CSITimeout:               o.CSITimeout,
+		FrontEndpoint:            o.FrontEndpoint,
+		FrontDriver:              o.FrontDriver,
+		HTTPEndpoint:             o.HTTPEndpoint,
+		Profiling:                o.Profiling,
+		Changes:                  o.changes(),
+		ExpectedDrivers:          o.ExpectedDrivers,
+		Version:                  version,
 	}
 	if o.Manifests == "" {
 		restConfig, err := kubeConfig(o)
 		if err != nil {
 			return err
 		}
-		if cfg.KubeClient, err = kubernetes.NewForConfig(restConfig); err != nil {
+		if cfg.KubeClient, err = newClient(restConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
 	}
@@ -129,4 +135,28 @@ func kubeConfig(o *RunOptions) (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 	cfg.UserAgent = "csi-volmgr/" + version
 	return cfg, nil
+}
+
+// newClient returns the API client of restConfig, its requests' logging
+// capped by withoutDetailedTiming (outermost, so that client-go's debugging
+// round tripper below it sees the capped logger).
+func newClient(restConfig *rest.Config) (kubernetes.Interface, error) {
+	httpClient, err := rest.HTTPClientFor(restConfig)
+	if err != nil {
+		return nil, err
+	}
+	httpClient.Transport = withoutDetailedTiming{httpClient.Transport}
+	return kubernetes.NewForConfigAndClient(restConfig, httpClient)
+}
+
+// withoutDetailedTiming caps client-go's request logging at V(8): at V(9)
+// its debugging round tripper traces every connection with httptrace
+// callbacks that write its timing fields from the dialing goroutine without
+// a lock (client-go v0.37 transport/round_trippers.go, TLSHandshakeStart),
+// a data race the race detector reports when a dial started for one request
+// ends up serving another. URLs, headers and bodies are still logged.
+type withoutDetailedTiming struct{ rt http.RoundTripper }
+
+func (w withoutDetailedTiming) RoundTrip(req *http.Request) (*http.Response, error) {
+	return w.rt.RoundTrip(req.WithContext(redact.Quiet(req.Context(), 8)))
 }

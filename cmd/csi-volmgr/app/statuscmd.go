@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
@@ -87,7 +88,7 @@ func newStatusCommand() *cobra.Command {
 
 func printVolumes(out io.Writer, vols []volumemanager.VolumeStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VOLUME\tDRIVER\tHANDLE\tSTATE\tPODS\tLAST ERROR")
+	fmt.Fprintln(tw, "VOLUME\tDRIVER\tHANDLE\tSTATE\tPODS\tUSED\tHEALTH\tLAST ERROR")
 	for _, v := range vols {
 		state := v.State
 		if v.Attached {
@@ -96,13 +97,18 @@ func printVolumes(out io.Writer, vols []volumemanager.VolumeStatus, now time.Tim
 		var pods []string
 		lastErr := v.LastError
 		for _, p := range v.Pods {
-			pods = append(pods, p.UID+"="+p.State)
+			who := p.UID
+			if p.Name != "" {
+				who = p.Namespace + "/" + p.Name
+			}
+			pods = append(pods, who+"="+p.State)
 			if lastErr == nil && p.LastError != nil {
 				lastErr = p.LastError
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", displayName(v), v.Driver, shorten(v.Handle, 40), state,
-			orNone(strings.Join(pods, ",")), describeError(lastErr, now))
+		used, health := describeStats(v.Stats)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", displayName(v), v.Driver, shorten(v.Handle, 40), state,
+			orNone(strings.Join(pods, ",")), used, health, describeError(lastErr, now))
 	}
 	return tw.Flush()
 }
@@ -164,4 +170,29 @@ func newDriversCommand() *cobra.Command {
 	}
 	o.addFlags(cmd)
 	return cmd
+}
+
+// describeStats renders a volume's usage ("12Mi/1Gi") and health
+// ("Healthy", or the adverse conditions' statuses and reasons); "-" when
+// the driver reports none.
+func describeStats(s *volumemanager.VolumeStatsStatus) (used, health string) {
+	used, health = "-", "-"
+	if s == nil {
+		return used, health
+	}
+	if s.UsedBytes != nil && s.CapacityBytes != nil {
+		used = resource.NewQuantity(*s.UsedBytes, resource.BinarySI).String() + "/" + resource.NewQuantity(*s.CapacityBytes, resource.BinarySI).String()
+	}
+	var parts []string
+	for _, h := range s.Health {
+		part := h.Status
+		if h.Reason != "" {
+			part += "(" + h.Reason + ")"
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) > 0 {
+		health = strings.Join(parts, ",")
+	}
+	return used, health
 }

@@ -181,7 +181,10 @@ func yamlError(doc document, err error) error {
 		return &ParseError{Line: doc.line, Err: fmt.Errorf("not valid YAML: %w", err)}
 	}
 	n, _ := strconv.Atoi(m[1])
-	return &ParseError{Line: doc.line + max(n, 1) - 1, Err: fmt.Errorf("not valid YAML: %s", m[2])}
+	// The YAML parser counts a line past the last one for an error at the
+	// end of the input: point at the last line there is.
+	lines := bytes.Count(bytes.TrimSuffix(doc.data, []byte("\n")), []byte("\n")) + 1
+	return &ParseError{Line: doc.line + min(max(n, 1), lines) - 1, Err: fmt.Errorf("not valid YAML: %s", m[2])}
 }
 
 var (

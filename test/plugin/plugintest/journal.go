@@ -46,11 +46,17 @@ func (p *Plugin) WaitForJournal(ctx context.Context, done func([]plugin.Entry) b
 	}
 }
 
-// SetFaults replaces the plugin's fault rules; calls that begin after it returns see them.
-// Each call resets the rules' "times" counters.
+// SetFaults replaces the plugin's fault rules (and clears every other knob of the control file);
+// calls that begin after it returns see them. Each call resets the rules' "times" counters.
 func (p *Plugin) SetFaults(rules ...plugin.FaultRule) error {
-	gen := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(faultGeneration.Add(1), 10)
-	return plugin.WriteFaultConfig(p.ControlFile, plugin.FaultConfig{Generation: gen, Rules: rules})
+	return p.SetControl(plugin.FaultConfig{Rules: rules})
+}
+
+// SetControl replaces the whole control file: fault rules, volume health, volume limit. Calls that
+// begin after it returns see it. Each call resets the rules' "times" counters.
+func (p *Plugin) SetControl(c plugin.FaultConfig) error {
+	c.Generation = strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(faultGeneration.Add(1), 10)
+	return plugin.WriteFaultConfig(p.ControlFile, c)
 }
 
 // ClearFaults removes all fault rules.

@@ -56,6 +56,9 @@ type Options struct {
 	Endpoint string
 	// Verbosity is the plugin's klog -v level; 0 means 5, which logs every request and response.
 	Verbosity int
+	// VolumeDirMode is the mode of new filesystem volumes' directories (--volume-dir-mode); 0 keeps
+	// the plugin's default 0777. 0755 stands for a driver whose volumes are freshly made filesystems.
+	VolumeDirMode os.FileMode
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
 }
@@ -175,9 +178,13 @@ func (p *Plugin) commandLine(opts Options) []string {
 		flag("node-stage-unstage", caps.StageUnstage),
 		flag("node-expand-volume", caps.Expand),
 		flag("node-get-volume-stats", caps.VolumeStats),
+		flag("node-get-volume-health", caps.VolumeHealth),
 		flag("node-volume-mount-group", caps.VolumeMountGroup),
 		flag("single-node-multi-writer", caps.SingleNodeMultiWriter),
 		flag("controller-publish-unpublish", caps.ControllerPublish),
+	}
+	if opts.VolumeDirMode != 0 {
+		args = append(args, fmt.Sprintf("--volume-dir-mode=%o", uint32(opts.VolumeDirMode)))
 	}
 	if opts.Capacity > 0 {
 		args = append(args, "--capacity="+strconv.FormatInt(opts.Capacity, 10))

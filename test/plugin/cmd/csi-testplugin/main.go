@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -62,6 +63,25 @@ func (t topology) Set(s string) error {
 	return nil
 }
 
+// fileMode is a flag.Value for octal permission bits ("0755").
+type fileMode struct{ m *os.FileMode }
+
+func (f fileMode) String() string {
+	if f.m == nil || *f.m == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%#o", uint32(*f.m))
+}
+
+func (f fileMode) Set(s string) error {
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v&^0o777 != 0 {
+		return fmt.Errorf("%q is not an octal permission mode", s)
+	}
+	*f.m = os.FileMode(v)
+	return nil
+}
+
 func main() {
 	cfg := plugin.Config{Capabilities: plugin.DefaultCapabilities(), Capacity: plugin.DefaultCapacity, VendorVersion: version}
 	fs := flag.CommandLine
@@ -76,11 +96,13 @@ func main() {
 	fs.StringVar(&cfg.ControlFile, "control-file", "", "JSON fault-injection file, re-read when it changes.")
 	fs.StringVar(&cfg.JournalPath, "journal", "", "JSON-lines file that records every call.")
 	fs.BoolVar(&cfg.Capabilities.StageUnstage, "node-stage-unstage", cfg.Capabilities.StageUnstage, "Advertise node STAGE_UNSTAGE_VOLUME.")
-	fs.BoolVar(&cfg.Capabilities.Expand, "node-expand-volume", cfg.Capabilities.Expand, "Advertise node EXPAND_VOLUME.")
+	fs.BoolVar(&cfg.Capabilities.Expand, "node-expand-volume", cfg.Capabilities.Expand, "Advertise node and controller EXPAND_VOLUME.")
 	fs.BoolVar(&cfg.Capabilities.VolumeStats, "node-get-volume-stats", cfg.Capabilities.VolumeStats, "Advertise node GET_VOLUME_STATS.")
+	fs.BoolVar(&cfg.Capabilities.VolumeHealth, "node-get-volume-health", cfg.Capabilities.VolumeHealth, "Advertise node GET_VOLUME_HEALTH.")
 	fs.BoolVar(&cfg.Capabilities.VolumeMountGroup, "node-volume-mount-group", cfg.Capabilities.VolumeMountGroup, "Advertise node VOLUME_MOUNT_GROUP.")
 	fs.BoolVar(&cfg.Capabilities.SingleNodeMultiWriter, "single-node-multi-writer", cfg.Capabilities.SingleNodeMultiWriter, "Advertise SINGLE_NODE_MULTI_WRITER (node and controller).")
 	fs.BoolVar(&cfg.Capabilities.ControllerPublish, "controller-publish-unpublish", cfg.Capabilities.ControllerPublish, "Advertise controller PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY, and require their publish_context on the node.")
+	fs.Var(fileMode{&cfg.VolumeDirMode}, "volume-dir-mode", "Mode (octal) of a new filesystem volume's directory; 0755 stands for a freshly made filesystem. Default 0777.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 
 	fg := featuregate.NewFeatureGate()

@@ -1,0 +1,217 @@
+// Command csi-volmgr-example-runtime is a virtual-kubelet provider that
+// embeds csi-volmgr: it registers a virtual Node with virtual-kubelet's
+// node controller, runs each pod's containers as local processes in a
+// private mount namespace with the pod's CSI volumes bound at their
+// mountPaths, and lets csi-volmgr attach, stage, publish and tear down
+// those volumes around them (volumemanager/vkubelet). It is a test runtime
+// and a demo of the embedding, not a container runtime: no images, no
+// restarts, no isolation but the mount table. It needs root.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path"
+	"syscall"
+	"time"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/vkubelet"
+)
+
+// Taint keeps pods off the virtual node unless they tolerate it.
+const (
+	TaintKey   = "csi-volmgr.io/example-runtime"
+	TaintValue = "true"
+)
+
+type options struct {
+	kubeconfig, nodeName, rootDir, stateDir, httpEndpoint string
+	pods                                                  int64
+	workers                                               int
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandboxCommand {
+		if err := runSandbox(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(127)
+		}
+		return
+	}
+	var o options
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
+	flag.StringVar(&o.nodeName, "node-name", "csi-volmgr-example", "name of the virtual Node")
+	flag.StringVar(&o.rootDir, "root-dir", "/var/lib/csi-volmgr", "csi-volmgr's root directory (CSI drivers register in <root>/plugins_registry)")
+	flag.StringVar(&o.stateDir, "state-dir", "/run/csi-volmgr-example", "the runtime's directory: container roots and logs")
+	flag.StringVar(&o.httpEndpoint, "http-endpoint", "127.0.0.1:9809", "csi-volmgr's HTTP endpoint (metrics, status API); empty disables it")
+	flag.Int64Var(&o.pods, "pods", 110, "pod capacity of the Node")
+	flag.IntVar(&o.workers, "workers", 10, "pods the pod controller handles at once")
+	klog.InitFlags(nil)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background().WithName("example-runtime"))
+	if err := run(ctx, o); err != nil {
+		klog.FromContext(ctx).Error(err, "Stopped")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	// virtual-kubelet and csi-volmgr each get a client of their own, with
+	// the rate limits of a kubelet and of csi-volmgr run (50 QPS, burst 100).
+	cfg.QPS, cfg.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	agentClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.stateDir, 0o750); err != nil {
+		return err
+	}
+
+	// The volume manager, embedded: the runtime says when containers stopped.
+	vm, err := volumemanager.New(klog.NewContext(ctx, logger.WithName("csi-volmgr")), volumemanager.Config{
+		NodeName: o.nodeName, RootDir: o.rootDir, KubeClient: agentClient, HTTPEndpoint: o.httpEndpoint,
+		WaitForContainersStopped: true,
+	})
+	if err != nil {
+		return err
+	}
+	procs, err := newProcessProvider(o.stateDir)
+	if err != nil {
+		return err
+	}
+	pods, err := vkubelet.NewPodHandler(procs, vkubelet.Config{Volumes: vm})
+	if err != nil {
+		return err
+	}
+
+	// virtual-kubelet's node controller owns the Node and its Lease.
+	nodeSpec := virtualNode(o)
+	vkubelet.PrepareNode(nodeSpec)
+	naive := node.NewNaiveNodeProvider()
+	nc, err := node.NewNodeController(vkubelet.NewNodeProvider(naive), nodeSpec, client.CoreV1().Nodes(),
+		node.WithNodeEnableLeaseV1(client.CoordinationV1().Leases(corev1.NamespaceNodeLease), 0))
+	if err != nil {
+		return err
+	}
+
+	podInformers := informers.NewSharedInformerFactoryWithOptions(client, time.Minute,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.nodeName).String()
+		}))
+	others := informers.NewSharedInformerFactory(client, time.Minute)
+	podInformer := podInformers.Core().V1().Pods()
+	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				procs.forget(pod.UID)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(corev1.NamespaceAll)})
+	defer broadcaster.Shutdown()
+	pc, err := node.NewPodController(node.PodControllerConfig{
+		PodClient:         client.CoreV1(),
+		PodInformer:       podInformer,
+		EventRecorder:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: path.Join(o.nodeName, "pod-controller")}),
+		Provider:          pods,
+		ConfigMapInformer: others.Core().V1().ConfigMaps(),
+		SecretInformer:    others.Core().V1().Secrets(),
+		ServiceInformer:   others.Core().V1().Services(),
+	})
+	if err != nil {
+		return err
+	}
+
+	errs := make(chan error, 3)
+	go func() { errs <- vm.Run(ctx) }()
+	go func() { errs <- nc.Run(ctx) }()
+	podInformers.Start(ctx.Done())
+	others.Start(ctx.Done())
+	go func() { errs <- pc.Run(ctx, o.workers) }()
+	select {
+	case <-nc.Ready():
+	case err := <-errs:
+		return err
+	}
+	setReady(nodeSpec)
+	if err := naive.UpdateStatus(ctx, nodeSpec); err != nil {
+		return err
+	}
+	logger.Info("Virtual node ready", "node", o.nodeName)
+	<-ctx.Done()
+	// A test runtime: its processes do not outlive it.
+	procs.stopEverything(context.WithoutCancel(ctx))
+	for range 3 {
+		if err := <-errs; err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// virtualNode is the Node the runtime registers: labelled as a
+// virtual-kubelet node, tainted, with a pod capacity.
+func virtualNode(o options) *corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourcePods:   *resource.NewQuantity(o.pods, resource.DecimalSI),
+		corev1.ResourceCPU:    resource.MustParse("16"),
+		corev1.ResourceMemory: resource.MustParse("64Gi"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: o.nodeName, Labels: map[string]string{
+			"type": "virtual-kubelet", "kubernetes.io/role": "agent", corev1.LabelHostname: o.nodeName,
+			corev1.LabelOSStable: "linux",
+		}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "Starting"}},
+		},
+	}
+}
+
+// setReady marks the Node Ready.
+func setReady(n *corev1.Node) {
+	now := metav1.Now()
+	n.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "ExampleRuntimeReady",
+		Message: "csi-volmgr example runtime (local processes) is ready", LastHeartbeatTime: now, LastTransitionTime: now,
+	}}
+}

@@ -1,0 +1,69 @@
+package lifecycle
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
+)
+
+// PodObserver is told of every change of a pod's volumes, for a runtime
+// that waits for them (volumemanager's WaitForAttachAndMount and
+// WaitForUnmount). Its methods run on the reconciler's goroutines and must
+// not block.
+type PodObserver interface {
+	// PodVolumesChanged gives the pod's latest VolumesReady status: ready,
+	// or what blocks it. It is called each time a step of one of the pod's
+	// volumes ran or the pod's desired state changed.
+	PodVolumesChanged(s status.PodVolumesStatus)
+	// PodVolumesLeaving says the pod left the desired state: it is called
+	// when it left and after each teardown step of its volumes; the pod's
+	// volumes are all torn down once Manager.PodVolumes returns none.
+	PodVolumesLeaving(uid types.UID)
+}
+
+// observedStatus is the mode's StatusWriter that also tells the
+// PodObserver.
+type observedStatus struct {
+	next     reconciler.StatusWriter
+	observer PodObserver
+}
+
+func (o observedStatus) Set(s status.PodVolumesStatus) {
+	if o.next != nil {
+		o.next.Set(s)
+	}
+	o.observer.PodVolumesChanged(s)
+}
+
+func (o observedStatus) Forget(uid types.UID) {
+	if o.next != nil {
+		o.next.Forget(uid)
+	}
+	o.observer.PodVolumesLeaving(uid)
+}
+
+// observe puts the PodObserver, if any, behind the mode's status writer.
+func observe(w reconciler.StatusWriter, obs PodObserver) reconciler.StatusWriter {
+	if obs == nil {
+		return w
+	}
+	return observedStatus{next: w, observer: obs}
+}
+
+// DesiredPod returns the pod's desired state: the volumes its containers
+// use, as resolved, and those that could not be resolved. False when the
+// pod is not (or no longer) in the desired state.
+func (m *Manager) DesiredPod(uid types.UID) (dsw.Pod, bool) { return m.desire.Pod(uid) }
+
+// PodVolumes returns every publish of the pod the actual state holds, in
+// any state: none once its volumes are torn down.
+func (m *Manager) PodVolumes(uid types.UID) []asw.Pod { return m.world.PodVolumes(uid) }
+
+// ContainersStopped tells the lifecycle that the pod's containers have
+// stopped and will not run again: its volumes may be torn down. With
+// Config.WaitForContainersStopped this, the pod's terminal phase or the
+// pod leaving the node are what tear a pod's volumes down.
+func (m *Manager) ContainersStopped(uid types.UID) { m.pop.ContainersStopped(uid) }

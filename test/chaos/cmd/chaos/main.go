@@ -1,0 +1,104 @@
+// Command chaos runs the chaos harness of package chaos once (make chaos): the real agent
+// binary, a real kube-apiserver and the CSI test plugins, a workload of pods with volumes, and
+// nemeses at random moments, with the invariants checked throughout and at the end. It prints
+// the seed first and the figures last, writes them as Markdown to -report, and exits with
+// status 1 when an invariant was violated. Run it as root from the repository.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/csi-volmgr/csi-volmgr/test/chaos"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var cfg chaos.Config
+	seed := flag.Uint64("seed", 0, "seed of every random choice; 0 picks one from the clock (printed, so that a run can be replayed)")
+	flag.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "bound of the workload phase (the drain and the checks follow)")
+	flag.IntVar(&cfg.Ops, "ops", 0, "end the workload phase once the agent made this many node operations and -kills kills (0: run for -duration)")
+	flag.IntVar(&cfg.Kills, "kills", 0, "see -ops")
+	flag.IntVar(&cfg.LivePods, "live-pods", 12, "pods the workload keeps alive at once")
+	flag.DurationVar(&cfg.PodLifetime, "pod-lifetime", 20*time.Second, "longest life of a pod")
+	flag.DurationVar(&cfg.CSITimeout, "csi-timeout", 5*time.Second, "the agent's --csi-timeout")
+	flag.DurationVar(&cfg.ReadyBound, "ready-bound", time.Minute, "how long a pod may have its volumes mounted without VolumesReady=True")
+	flag.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", 5*time.Minute, "bound of the wait for convergence after each nemesis and at the end")
+	flag.IntVar(&cfg.AgentVerbosity, "v", 4, "the agent's log verbosity")
+	nemeses := flag.String("nemeses", "", "comma-separated nemeses to run (default all): "+strings.Join(chaos.NemesisNames(), ", "))
+	logDir := flag.String("logs", "", "directory for the logs and journals (default: a new directory under the temporary directory)")
+	reportFile := flag.String("report", "", "also write the report (Markdown) to this file")
+	flag.Parse()
+
+	cfg.Seed = *seed
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano()) % 1_000_000_007
+	}
+	if *nemeses != "" {
+		cfg.Nemeses = strings.Split(*nemeses, ",")
+	}
+	cfg.Log = os.Stdout
+	if *logDir == "" {
+		dir, err := os.MkdirTemp("", fmt.Sprintf("chaos-%d-", cfg.Seed))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		*logDir = dir
+	}
+	fmt.Printf("chaos: seed %d (replay with -seed=%d); logs in %s\n", cfg.Seed, cfg.Seed, *logDir)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	h, err := chaos.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: set-up: %v\n", err)
+		return 2
+	}
+	rep, runErr := h.Run(ctx, *logDir)
+	closeErr := h.Close()
+	if rep != nil {
+		rep.Command = "chaos " + strings.Join(os.Args[1:], " ")
+		if !strings.Contains(rep.Command, "-seed") {
+			rep.Command += fmt.Sprintf(" -seed=%d", cfg.Seed)
+		}
+		fmt.Println()
+		rep.Write(os.Stdout)
+		if *reportFile != "" {
+			if err := os.MkdirAll(filepath.Dir(*reportFile), 0o755); err == nil {
+				if f, err := os.Create(*reportFile); err == nil {
+					rep.Write(f)
+					_ = f.Close()
+				}
+			}
+		}
+	}
+	if runErr != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %v\n", runErr)
+	}
+	if closeErr != nil {
+		fmt.Fprintf(os.Stderr, "chaos: clean-up: %v\n", closeErr)
+	}
+	switch {
+	case rep == nil:
+		return 2
+	case rep.Interrupted:
+		fmt.Printf("chaos: interrupted, %d violations so far (seed %d)\n", len(rep.Violations), cfg.Seed)
+		return 1
+	case !rep.Passed():
+		fmt.Printf("chaos: %d violations (seed %d)\n", len(rep.Violations), cfg.Seed)
+		return 1
+	}
+	fmt.Printf("chaos: no violation (seed %d)\n", cfg.Seed)
+	return 0
+}

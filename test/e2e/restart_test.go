@@ -1,0 +1,186 @@
+package e2e_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+)
+
+// createVolumeWith creates a filesystem volume with CreateVolume parameters.
+func createVolumeWith(t *testing.T, p *plugintest.Plugin, name string, params map[string]string) plugin.Volume {
+	t.Helper()
+	conn, err := p.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := csi.NewControllerClient(conn).CreateVolume(t.Context(), &csi.CreateVolumeRequest{
+		Name: name, Parameters: params,
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume %s: %v", name, err)
+	}
+	vols, err := p.Volumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols {
+		if v.ID == resp.GetVolume().GetVolumeId() {
+			return v
+		}
+	}
+	t.Fatalf("volume %s not in the plugin's state", resp.GetVolume().GetVolumeId())
+	return plugin.Volume{}
+}
+
+// callsAfter returns the plugin's node calls for handle made by processes
+// other than the one with pid (the plugin after its restart).
+func callsAfter(t *testing.T, p *plugintest.Plugin, handle string, pid int) []plugin.Call {
+	t.Helper()
+	var out []plugin.Call
+	for _, c := range volumeCalls(t, p, handle) {
+		if c.PID != pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestDriverRestartRepairsBrokenMounts kills the plugin with three pods
+// running on it: one volume is FUSE-backed (its mounts die with the
+// plugin: ENOTCONN), one pod's target is lazily unmounted behind the
+// agent's back, one volume is left healthy. When the plugin is back and
+// registers again, the agent stages the FUSE volume again and publishes the
+// two broken targets again; the pods see their data through the mounts,
+// the healthy neighbour gets no call, and the recoveries are counted and
+// reported on the pods.
+func TestDriverRestartRepairsBrokenMounts(t *testing.T) {
+	t.Parallel()
+	f := k8stest.New(t)
+	f.CreateNode(t)
+	a := startAgent(t, f, agentOptions{})
+	driver := uniqueDriverName()
+	createCSIDriver(t, f, driver, false)
+	p := startPlugin(t, a, driver, nodeCaps())
+
+	type use struct {
+		vol    plugin.Volume
+		pvName string
+		pod    *corev1.Pod
+	}
+	uses := map[string]*use{}
+	for _, name := range []string{"fuse", "lost", "healthy"} {
+		params := map[string]string{}
+		if name == "fuse" {
+			params[plugin.FuseParameter] = "true"
+		}
+		u := &use{vol: createVolumeWith(t, p, name, params), pvName: "pv-" + name + "-" + f.Namespace}
+		createBoundClaim(t, f, claim{PVName: u.pvName, PVCName: name, Driver: driver, Handle: u.vol.ID})
+		u.pod = createPod(t, f, "app-"+name, podVolume{Name: "data", ClaimName: name})
+		uses[name] = u
+	}
+	for name, u := range uses {
+		waitReady(t, f, u.pod)
+		target := publishPaths(a, u.pod, u.pvName).Target
+		if err := os.WriteFile(filepath.Join(target, "data"), []byte(name), 0o644); err != nil {
+			t.Fatalf("writing through %s: %v", target, err)
+		}
+	}
+	fuseStaging := stagingPaths(a, driver, uses["fuse"].vol.ID).Path
+	if _, err := os.Stat(fuseStaging); err != nil {
+		t.Fatal(err)
+	}
+
+	oldPID := p.PID()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	lost := publishPaths(a, uses["lost"].pod, uses["lost"].pvName).Target
+	if err := unix.Unmount(lost, unix.MNT_DETACH); err != nil {
+		t.Fatalf("lazily unmounting %s: %v", lost, err)
+	}
+	if _, err := os.Stat(publishPaths(a, uses["fuse"].pod, uses["fuse"].pvName).Target); !errors.Is(err, unix.ENOTCONN) {
+		t.Fatalf("the FUSE volume's target after the plugin died: %v, want ENOTCONN", err)
+	}
+	if err := p.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	mounter := mount.New("")
+	for name, u := range uses {
+		target := publishPaths(a, u.pod, u.pvName).Target
+		eventually(t, "the "+name+" volume's data through its target", func() (bool, error) {
+			got, err := os.ReadFile(filepath.Join(target, "data"))
+			if err != nil || string(got) != name {
+				return false, fmt.Errorf("read %q: %w", got, err)
+			}
+			ok, err := mounter.IsMountPoint(target)
+			return ok, err
+		})
+		waitReady(t, f, u.pod)
+	}
+	for _, name := range []string{"fuse", "lost"} {
+		waitPodEvent(t, f, uses[name].pod, corev1.EventTypeNormal, status.EventVolumeRecovered, "set up again")
+	}
+
+	methodsAfter := func(name string) []string { return methods(callsAfter(t, p, uses[name].vol.ID, oldPID)) }
+	if got := methodsAfter("healthy"); len(got) != 0 {
+		t.Errorf("the healthy neighbour got calls after the restart: %q", got)
+	}
+	if got := methodsAfter("lost"); len(got) != 1 || got[0] != nodePublish+"=OK" {
+		t.Errorf("calls for the lost target after the restart = %q, want one NodePublishVolume", got)
+	}
+	if got := methodsAfter("fuse"); len(got) != 2 || got[0] != nodeStage+"=OK" || got[1] != nodePublish+"=OK" {
+		t.Errorf("calls for the FUSE volume after the restart = %q, want NodeStageVolume then NodePublishVolume", got)
+	}
+	for _, c := range []struct {
+		path string
+		want float64
+	}{{"staging", 1}, {"target", 2}} {
+		labels := map[string]string{"driver": driver, "path": c.path}
+		if got := a.counter(t, "csi_volmgr_mount_recoveries_total", labels); got != c.want {
+			t.Errorf("csi_volmgr_mount_recoveries_total%v = %v, want %v", labels, got, c.want)
+		}
+	}
+}
+
+// waitPodEvent waits for an Event of eventType and reason on the pod whose
+// message contains msgPart.
+func waitPodEvent(t *testing.T, f *k8stest.Fixture, pod *corev1.Pod, eventType, reason, msgPart string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s Event on pod %s", reason, pod.Name), func() (bool, error) {
+		evs, err := f.Client.CoreV1().Events(pod.Namespace).List(t.Context(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)).String(),
+		})
+		if err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Reason == reason && e.Type == eventType && strings.Contains(e.Message, msgPart) {
+				return true, nil
+			}
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Message)
+		}
+		return false, fmt.Errorf("events: %q", seen)
+	})
+}

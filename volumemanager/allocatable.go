@@ -1,0 +1,70 @@
+package volumemanager
+
+import (
+	"context"
+	"time"
+
+	"github.com/csi-volmgr/csi-volmgr/driver/nodeinfo"
+	"github.com/csi-volmgr/csi-volmgr/driver/registry"
+)
+
+// newAllocatable builds, in cluster mode, the refresher of the drivers'
+// allocatable counts in the CSINode (KEP-4876): periodic for drivers whose
+// CSIDriver sets nodeAllocatableUpdatePeriodSeconds, and at once after an
+// attach failed for the limit (the lifecycle's AttachLimits).
+func (vm *VolumeManager) newAllocatable() error {
+	if vm.nodeInfo == nil {
+		return nil
+	}
+	r, err := nodeinfo.NewAllocatableRefresher(nodeinfo.AllocatableConfig{
+		NodeInfo: vm.nodeInfo,
+		Client: func(driver string) (nodeinfo.InfoClient, bool) {
+			c, ok := vm.registry.Client(driver)
+			if !ok || c == nil {
+				return nil, false
+			}
+			return c, true
+		},
+		Period:  func(driver string) time.Duration { return vm.policies.Get(driver).NodeAllocatableUpdatePeriod },
+		Updated: vm.registry.SetMaxVolumes,
+	})
+	if err != nil {
+		return err
+	}
+	vm.allocatable = r
+	vm.registry.Subscribe(func(ev registry.Event) {
+		if ev.Type != registry.Registered {
+			return
+		}
+		if d, ok := vm.registry.Driver(ev.Driver); ok {
+			r.Registered(d.Name, d.MaxVolumes)
+		}
+	})
+	vm.policies.OnChange(r.PeriodChanged)
+	return nil
+}
+
+// runAllocatable runs the refresher, if any, until ctx ends.
+func (vm *VolumeManager) runAllocatable(ctx context.Context) {
+	if vm.allocatable != nil {
+		vm.allocatable.Run(ctx)
+	}
+}
+
+// attachLimits adapts the refresher to the lifecycle's AttachLimits.
+type attachLimits struct {
+	r *nodeinfo.AllocatableRefresher
+}
+
+// ResourceExhausted refreshes the driver's count now.
+func (a attachLimits) ResourceExhausted(driver string) { a.r.Refresh(driver) }
+
+// driverRegistered says whether a driver is registered now (the registry
+// is made after the Node keeper that asks).
+func (vm *VolumeManager) driverRegistered(name string) bool {
+	if vm.registry == nil {
+		return false
+	}
+	_, ok := vm.registry.Client(name)
+	return ok
+}

@@ -1,0 +1,108 @@
+package volumemanager_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+)
+
+// clusterNode is a volume manager on a real API server with the real
+// plugin, a driver that needs no attach (the attach/detach controller does
+// not run here), and one volume bound to the claim "data".
+type clusterNode struct {
+	vm     *volumemanager.VolumeManager
+	plugin *plugintest.Plugin
+	handle string
+}
+
+// startClusterNode starts it with the Config that configure changes.
+func startClusterNode(t *testing.T, f *k8stest.Fixture, configure func(*volumemanager.Config)) *clusterNode {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
+	base, err := os.MkdirTemp("", "cn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(base, "r")
+	regDir := filepath.Join(root, "plugins_registry")
+	if err := os.MkdirAll(regDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if mps := mountsUnder(t, base); len(mps) > 0 {
+			t.Errorf("mounts left under %s: %v", base, mps)
+			return
+		}
+		_ = os.RemoveAll(base)
+	})
+	driver := "d" + utilrand.String(6) + ".cn.csi-volmgr.io"
+	if _, err := f.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(t.Context()), driver, metav1.DeleteOptions{})
+	})
+	n := &clusterNode{plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
+	n.handle = createVolume(t, n.plugin)
+	createBound(t, f, driver, n.handle, "data", "pv-"+f.Namespace)
+
+	cfg := volumemanager.Config{
+		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client,
+		Tuning: volumemanager.Tuning{
+			Reconciler:             reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
+			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
+		},
+	}
+	configure(&cfg)
+	if n.vm, err = volumemanager.New(ctx, cfg); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- n.vm.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent stopped with an error: %v", err)
+		}
+	})
+	return n
+}
+
+// okCalls returns the methods of the plugin's successful calls on the
+// node's volume, in order.
+func (n *clusterNode) okCalls(t *testing.T) []string {
+	t.Helper()
+	entries, err := n.plugin.ReadJournal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Event == plugin.EventEnd && e.Code == "OK" && e.VolumeID == n.handle {
+			out = append(out, e.Method)
+		}
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package volumemanager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
+)
+
+// TaintDriversNotReady keeps new pods off a node whose expected CSI
+// drivers have not all registered (Config.ExpectedDrivers): NoSchedule,
+// on the Node from its registration and whenever an expected driver is
+// missing, removed once all are registered.
+//
+// Why a taint and not a NotReady node: the node lifecycle controller
+// answers NotReady with the node.kubernetes.io/not-ready taint, NoExecute
+// after the default 300s toleration, so a driver that takes five minutes
+// to come back (an image pull, a crash loop) would evict every running
+// pod of the node, although their volumes are mounted and fine. A NoSchedule
+// taint of our own only keeps new pods away until their volumes can be
+// served, and leaves the running ones alone; it is the pattern CSI drivers
+// already use for their own start-up (e.g. ebs.csi.aws.com/agent-not-ready).
+// Pods that must run anyway tolerate it.
+const TaintDriversNotReady = "csi-volmgr.io/drivers-not-ready"
+
+// driversTaint keeps TaintDriversNotReady on the kept Node while an
+// expected driver is missing: event-driven by driver registrations
+// (DriversChanged) and by the Node's own changes (someone removed or added
+// the taint), one write per difference.
+type driversTaint struct {
+	expected   []string
+	registered func(name string) bool
+	// queue has one key, the node's name; a burst of events is one sync.
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+// expectDrivers makes the keeper taint the Node while one of drivers is
+// not registered; registered tells whether one is.
+func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool) {
+	if len(drivers) == 0 {
+		return
+	}
+	k.taint = &driversTaint{
+		expected: slices.Clone(drivers), registered: registered,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi_volmgr_drivers_taint"}),
+	}
+}
+
+// DriversChanged re-evaluates the drivers taint after a driver registered
+// or went away. It does not block.
+func (k *nodeKeeper) DriversChanged() {
+	if k.taint != nil {
+		k.taint.queue.Add(k.name)
+	}
+}
+
+// missing returns the expected drivers that are not registered.
+func (t *driversTaint) missing() []string {
+	var out []string
+	for _, d := range t.expected {
+		if !t.registered(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// initial is the taint a Node is registered with, before any driver
+// could have registered.
+func (t *driversTaint) initial() []corev1.Taint {
+	if t == nil {
+		return nil
+	}
+	return []corev1.Taint{{Key: TaintDriversNotReady, Effect: corev1.TaintEffectNoSchedule}}
+}
+
+// runTaint keeps the taint right until ctx ends.
+func (k *nodeKeeper) runTaint(ctx context.Context) {
+	t := k.taint
+	if t == nil {
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		t.queue.ShutDown()
+	}()
+	go source.WatchNode(ctx, k.client, k.name, func(*corev1.Node) { t.queue.Add(k.name) })
+	t.queue.Add(k.name)
+	logger := klog.FromContext(ctx).WithValues("node", k.name, "taint", TaintDriversNotReady)
+	for {
+		key, shutdown := t.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := k.syncTaint(ctx, logger); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Cannot set the drivers taint; will retry")
+			t.queue.AddRateLimited(key)
+		} else {
+			t.queue.Forget(key)
+		}
+		t.queue.Done(key)
+	}
+}
+
+// syncTaint adds or removes the taint as the expected drivers'
+// registrations ask. spec.taints is replaced whole, so the patch carries
+// the Node's resourceVersion: a concurrent change of the taints fails it
+// with Conflict, and it is computed again from a fresh read.
+func (k *nodeKeeper) syncTaint(ctx context.Context, logger klog.Logger) error {
+	nodes := k.client.CoreV1().Nodes()
+	node, err := nodes.Get(ctx, k.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading Node %s: %w", k.name, err)
+	}
+	missing := k.taint.missing()
+	want := len(missing) > 0
+	has := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady })
+	if want == has {
+		return nil
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady })
+	if want {
+		taints = append(taints, corev1.Taint{Key: TaintDriversNotReady, Effect: corev1.TaintEffectNoSchedule})
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+		"spec":     map[string]any{"taints": taints},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the taints patch: %w", err)
+	}
+	if _, err := nodes.Patch(ctx, k.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching the taints of Node %s: %w", k.name, err)
+	}
+	logger.Info("Set the Node's drivers taint", "present", want, "missingDrivers", missing)
+	return nil
+}

@@ -1,0 +1,180 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// ControllerManagedAttachAnnotation makes the attach/detach controller
+// attach and detach the node's volumes (the kubelet sets it when it
+// registers).
+const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+// The Ready condition the agent posts for a node it registers.
+const (
+	NodeReadyReason  = "CSIVolmgrReady"
+	NodeReadyMessage = "csi-volmgr is posting ready status (volumes only: this node runs no containers)"
+)
+
+// The node keeper's defaults: the kubelet's 40s Lease (renewed every
+// quarter of it) and virtual-kubelet's one-minute status update.
+const (
+	defaultNodeLeaseDuration  = 40 * time.Second
+	defaultNodeStatusInterval = time.Minute
+)
+
+// nodeKeeper registers and keeps the Node of a node that has neither a
+// kubelet nor a runtime (Config.RegisterNode) with virtual-kubelet's
+// NodeController: it creates the Node (labels kubernetes.io/hostname, os
+// and arch, the attach/detach annotation, Ready=True) or brings an
+// existing one in line, renews the node Lease kube-node-lease/<node>
+// (owned by the Node), and posts the Node's status every status interval
+// with a three-way patch that touches only what it posted, so
+// status.volumesInUse is left to the volume manager. A Ready condition
+// someone else turned, or a removed annotation, is put back at the next
+// status update; a deleted Node is created again. Nothing else of a
+// kubelet's status is faked: no capacity, so no scheduler places pods here
+// (pods reach the node by spec.nodeName).
+type nodeKeeper struct {
+	client         kubernetes.Interface
+	name           string
+	leaseDuration  time.Duration
+	statusInterval time.Duration
+	// retryBase and retryMax bound the backoff of Register.
+	retryBase, retryMax time.Duration
+
+	// taint keeps TaintDriversNotReady while expected drivers are
+	// missing; nil without expected drivers.
+	taint *driversTaint
+
+	// nc is the running node controller; stop ends it.
+	nc   *node.NodeController
+	stop context.CancelFunc
+}
+
+func newNodeKeeper(client kubernetes.Interface, name string, leaseDuration, statusInterval time.Duration) *nodeKeeper {
+	if leaseDuration == 0 {
+		leaseDuration = defaultNodeLeaseDuration
+	}
+	if statusInterval == 0 {
+		statusInterval = defaultNodeStatusInterval
+	}
+	return &nodeKeeper{client: client, name: name, leaseDuration: leaseDuration, statusInterval: statusInterval,
+		retryBase: 500 * time.Millisecond, retryMax: 30 * time.Second}
+}
+
+// spec is the Node the keeper posts.
+func (k *nodeKeeper) spec() *corev1.Node {
+	now := metav1.Now()
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: k.name,
+			Labels: map[string]string{
+				corev1.LabelHostname: k.name, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH,
+			},
+			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
+		},
+		Spec: corev1.NodeSpec{Taints: k.taint.initial()},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: NodeReadyReason, Message: NodeReadyMessage,
+			LastHeartbeatTime: now, LastTransitionTime: now,
+		}}},
+	}
+}
+
+// Register starts the node controller and returns once the Node is
+// registered. It retries with backoff until ctx ends, except when the API
+// refuses for good (Forbidden, Unauthorized, Invalid). The controller runs
+// until ctx ends or Run returns.
+func (k *nodeKeeper) Register(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	// Not wait.ExponentialBackoff: a Backoff whose delay reaches its Cap
+	// ends its steps, and the agent would give up after half a minute of an
+	// API server outage (a chaos run's finding).
+	delay := k.retryBase
+	for {
+		err := k.start(ctx)
+		switch {
+		case err == nil:
+			logger.Info("Node registered", "node", k.name)
+			return nil
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err):
+			return fmt.Errorf("registering Node %s: %w", k.name, err)
+		}
+		logger.Error(err, "Registering the Node failed; will retry", "node", k.name, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registering Node %s: %w", k.name, errors.Join(ctx.Err(), err))
+		case <-time.After(wait.Jitter(delay, 0.1)):
+		}
+		delay = min(2*delay, k.retryMax)
+	}
+}
+
+// start runs a node controller and waits until it registered the Node.
+func (k *nodeKeeper) start(ctx context.Context) error {
+	spec := k.spec()
+	nodes := k.client.CoreV1().Nodes()
+	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, spec, nodes,
+		node.WithNodeEnableLeaseV1(k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease), int32(k.leaseDuration/time.Second)),
+		node.WithNodeStatusUpdateInterval(k.statusInterval),
+		node.WithNodeStatusUpdateErrorHandler(func(ctx context.Context, err error) error {
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			klog.FromContext(ctx).Info("The Node is gone; creating it again", "node", k.name)
+			if _, err := nodes.Create(ctx, k.spec(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			return nil
+		}))
+	if err != nil {
+		return err
+	}
+	ncCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { _ = nc.Run(ncCtx) }()
+	select {
+	case <-nc.Ready():
+		k.nc, k.stop = nc, stop
+		return nil
+	case <-nc.Done():
+		stop()
+		return nc.Err()
+	case <-ctx.Done():
+		stop()
+		<-nc.Done()
+		return ctx.Err()
+	}
+}
+
+// Run keeps the Node until ctx ends; the Node and its Lease are left in
+// place, as a kubelet leaves them. Call it after a successful Register.
+func (k *nodeKeeper) Run(ctx context.Context) {
+	if k.nc == nil {
+		return
+	}
+	taintCtx, stopTaint := context.WithCancel(ctx)
+	taintDone := make(chan struct{})
+	go func() { defer close(taintDone); k.runTaint(taintCtx) }()
+	defer func() { stopTaint(); <-taintDone }()
+	select {
+	case <-ctx.Done():
+	case <-k.nc.Done():
+		if err := k.nc.Err(); err != nil && !errors.Is(err, context.Canceled) {
+			klog.FromContext(ctx).Error(err, "The node controller stopped", "node", k.name)
+		}
+	}
+	k.stop()
+	<-k.nc.Done()
+}
