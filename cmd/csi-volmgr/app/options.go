@@ -48,13 +48,16 @@ func NewRunOptions() *RunOptions {
 		// The agent's own client budget (the kubelet's is 50/100, shared
 		// with its status, events and node heartbeats). Its requests follow
 		// the pods: a GET per newly referenced object (a LIST when a burst
-		// needs a large share of a namespace), a status write per pod, a
-		// GET per settled object every --settled-object-resync, nothing
-		// polled. The burst lets a node start or restart its 110 pods
+		// needs a large share of a namespace), a status write per pod,
+		// nothing polled. The burst lets a node start or restart its 110 pods
 		// (about 330 requests) without queueing; the rate bounds a runaway.
-		KubeAPIQPS:          100,
-		KubeAPIBurst:        400,
-		SettledObjectResync: 5 * time.Minute,
+		KubeAPIQPS:   100,
+		KubeAPIBurst: 400,
+		// Every referenced object is watched while it is referenced, so
+		// that a change (an expansion, issue 14) is acted on at once; large
+		// clusters trade that for fewer watches with e.g. 5m (README,
+		// Performance).
+		SettledObjectResync: 0,
 		Logging:             logsapi.NewLoggingConfiguration(),
 	}
 }
@@ -72,7 +75,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
 	fs.BoolVar(&o.WaitForStopped, "wait-for-containers-stopped", o.WaitForStopped, "A runtime beside the agent runs the pods' containers: tear a pod's volumes down once the runtime said its containers stopped (POST /api/v1/pods/NAMESPACE/NAME/containers-stopped?uid=UID), the pod is terminal or it left the API server, never only because it is marked for deletion.")
 	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
-	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "How often a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is read again instead of being watched; 0 watches every referenced object while it is referenced.")
+	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "When positive, a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is no longer watched but read again about this often (jittered): fewer watches on the API server, changes such as an expansion seen up to this late. 0 watches every referenced object while it is referenced.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
 	o.addModeFlags(fs)
