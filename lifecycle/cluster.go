@@ -35,7 +35,8 @@ type clusterMode struct {
 
 func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
 	client := m.cfg.Client
-	src, err := source.New(ctx, source.Config{Client: client, NodeName: m.cfg.NodeName, ClusterWideInformers: m.cfg.ClusterWideInformers})
+	src, err := source.New(ctx, source.Config{Client: client, NodeName: m.cfg.NodeName, ClusterWideInformers: m.cfg.ClusterWideInformers,
+		SettledObjectResync: m.cfg.SettledObjectResync})
 	if err != nil {
 		return nil, fmt.Errorf("start sources: %w", err)
 	}

@@ -98,6 +98,11 @@ type Config struct {
 	// ClusterWideInformers caches every PVC, PV and VolumeAttachment instead
 	// of watching the referenced ones by name (small clusters only).
 	ClusterWideInformers bool
+	// SettledObjectResync, when positive, ends the by-name watch of a
+	// referenced object once it settled and reads it again about this
+	// often instead (source.Config.SettledObjectResync); 0 watches every
+	// referenced object while it is referenced.
+	SettledObjectResync time.Duration
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
 	// Changes tunes what is done for volumes that change while in use.

@@ -61,6 +61,13 @@ type Config struct {
 	// cluster instead of watching the referenced ones by name (small
 	// clusters only). Cluster mode only.
 	ClusterWideInformers bool
+	// SettledObjectResync, when positive, ends the by-name watch of a
+	// referenced PVC, PV or VolumeAttachment once it settled (bound,
+	// attached) and reads it again with a GET about this often instead: a
+	// watch costs the API server memory for as long as it is open (issue
+	// 17). 0 watches every referenced object while it is referenced.
+	// Cluster mode only.
+	SettledObjectResync time.Duration
 	// ResyncPeriod is how often every volume is reconciled again, besides
 	// events; 0 means 5m.
 	ResyncPeriod time.Duration
@@ -73,6 +80,10 @@ type Config struct {
 	FrontEndpoint, FrontDriver string
 	// HTTPEndpoint, when set, is the TCP address Run serves Handler on.
 	HTTPEndpoint string
+	// Profiling adds Go's profiles (net/http/pprof) under /debug/pprof/ to
+	// Handler, as the kubelet's enableProfilingHandler does: where the heap
+	// and CPU of a node agent go, measured on the node that has them.
+	Profiling bool
 	// Changes tunes what is done for volumes that change while in use
 	// (see ChangesConfig).
 	Changes ChangesConfig

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -85,7 +86,8 @@ type ReconstructionStatus struct {
 }
 
 // Handler serves /metrics (Prometheus), /healthz, /readyz (Ready) and the
-// JSON status API: VolumesPath, DriversPath and ReconstructionPath.
+// JSON status API: VolumesPath, DriversPath and ReconstructionPath; with
+// Config.Profiling also /debug/pprof/.
 func (vm *VolumeManager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
@@ -112,6 +114,13 @@ func (vm *VolumeManager) Handler() http.Handler {
 		writeJSON(w, rs)
 	})
 	vm.registerPodAPI(mux)
+	if vm.cfg.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

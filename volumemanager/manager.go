@@ -95,6 +95,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
+		SettledObjectResync:   cfg.SettledObjectResync,
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,

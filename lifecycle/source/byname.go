@@ -53,11 +53,18 @@ type byNameCache struct {
 	// starts holds the keys whose reflector run is to start: run owns the
 	// context the reflectors run in, watch only asks.
 	starts workqueue.TypedInterface[cache.ObjectName]
+	// settling, when set, ends the watch of an object that reached a state
+	// in which no change is expected (settle.go); nil watches each object
+	// for as long as it is referenced.
+	settling *settling
 }
 
 type watchItem struct {
 	store  *objectStore
-	cancel context.CancelFunc // nil until the reflector runs
+	cancel context.CancelFunc // nil while no reflector runs
+	// settled marks an object read and cached without a watch (settle.go);
+	// until then it is watched, or about to be once its first read is in.
+	settled bool
 }
 
 var _ objectCache = &byNameCache{}
@@ -83,7 +90,15 @@ func (c *byNameCache) watch(key cache.ObjectName) {
 	if _, ok := c.items[key]; ok {
 		return
 	}
-	c.items[key] = &watchItem{store: newObjectStore(key, func() { c.onChange(key) })}
+	item := &watchItem{store: newObjectStore(key, func() { c.onChange(key) })}
+	if c.settling != nil {
+		item.store.onObject = func(obj runtime.Object) {
+			if c.settling.settled(obj) {
+				c.settle(key)
+			}
+		}
+	}
+	c.items[key] = item
 	c.starts.Add(key)
 }
 
@@ -101,18 +116,20 @@ func (c *byNameCache) unwatch(key cache.ObjectName) {
 	}
 }
 
-// startLocked runs the reflector of one object until ctx ends or the
-// object is unwatched.
-func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, item *watchItem) {
+// startLocked runs the reflector of one object until ctx ends, the object
+// is unwatched or it settles. seed, when not nil, is the object as a read
+// just returned it: the reflector's first list, so that it is not read
+// twice.
+func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, item *watchItem, seed runtime.Object) {
 	// Routine reflector lines (started, listing, caches populated, and
 	// client-go's note that watch-list is off) are per object here: two
 	// levels deeper than the reflectors of informers. Errors are not
 	// affected by the level.
 	logger := klog.FromContext(ctx).V(2)
 	reflector := cache.NewReflectorWithOptions(
-		&byNameListWatch{key: key, funcs: c.lw},
+		&byNameListWatch{key: key, funcs: c.lw, seed: seed},
 		c.expected,
-		item.store,
+		storeGeneration{s: item.store, gen: item.store.newGeneration()},
 		cache.ReflectorOptions{
 			Logger:          &logger,
 			Name:            fmt.Sprintf("%s %s", c.kind, key),
@@ -121,7 +138,7 @@ func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, ite
 		},
 	)
 	runCtx, cancel := context.WithCancel(ctx)
-	item.cancel = cancel
+	item.cancel, item.settled = cancel, false
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -150,6 +167,8 @@ func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, ite
 type byNameListWatch struct {
 	key   cache.ObjectName
 	funcs listWatchFuncs
+	// seed, when set, answers the first list instead of a GET.
+	seed runtime.Object
 	// listed is set after the first successful list; only the reflector's
 	// goroutine uses it.
 	listed bool
@@ -170,6 +189,14 @@ func (lw *byNameListWatch) selector() string {
 // ListWithContext answers the reflector's list: a GET the first time, when
 // the object exists, else a LIST by name.
 func (lw *byNameListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if seed := lw.seed; seed != nil && !lw.listed {
+		lw.seed = nil
+		list, err := singleItemList(lw.funcs.newList(), seed)
+		if err == nil {
+			lw.listed = true
+			return list, nil
+		}
+	}
 	if !lw.listed {
 		obj, err := lw.funcs.get(ctx, lw.key.Namespace, lw.key.Name)
 		switch {
@@ -229,6 +256,12 @@ func singleItemList(list, obj runtime.Object) (runtime.Object, error) {
 // referenced later, and stops them all when ctx ends. It blocks until all
 // reflectors have returned.
 func (c *byNameCache) run(ctx context.Context) {
+	reads := newFirstReads(c)
+	var workers sync.WaitGroup
+	workers.Go(func() { reads.run(ctx) })
+	if c.settling != nil {
+		workers.Go(func() { c.settling.run(ctx, c) })
+	}
 	go func() {
 		<-ctx.Done()
 		c.starts.ShutDown()
@@ -240,11 +273,12 @@ func (c *byNameCache) run(ctx context.Context) {
 		}
 		c.mu.Lock()
 		if item, ok := c.items[key]; ok && item.cancel == nil && ctx.Err() == nil {
-			c.startLocked(ctx, key, item)
+			reads.add(key)
 		}
 		c.mu.Unlock()
 		c.starts.Done(key)
 	}
+	workers.Wait()
 
 	c.mu.Lock()
 	for _, item := range c.items {
@@ -279,7 +313,7 @@ func (c *byNameCache) stats() (watches, objects int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, item := range c.items {
-		if item.cancel != nil {
+		if !item.settled {
 			watches++
 		}
 		if obj, _ := item.store.get(); obj != nil {
@@ -299,12 +333,72 @@ func (c *byNameCache) stats() (watches, objects int) {
 type objectStore struct {
 	key      cache.ObjectName
 	onChange func()
+	// onObject, when set, is told every object stored (the settle rule).
+	onObject func(runtime.Object)
 
-	// mu protects obj and synced.
+	// mu protects obj, synced and gen.
 	mu     sync.Mutex
 	obj    runtime.Object
 	synced bool
+	// gen counts the reflectors started on the store; only the newest
+	// may write (storeGeneration).
+	gen uint64
 }
+
+// newGeneration starts a generation of writers: those of older ones are
+// dropped from now on. It returns the new generation.
+func (s *objectStore) newGeneration() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	return s.gen
+}
+
+func (s *objectStore) current(gen uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen == gen
+}
+
+// storeGeneration is the store as one reflector writes it: once a newer
+// reflector started, or the object settled and its watch ended, what a
+// reflector still delivers is dropped.
+type storeGeneration struct {
+	s   *objectStore
+	gen uint64
+}
+
+var _ cache.ReflectorStore = storeGeneration{}
+
+func (g storeGeneration) Add(obj any) error {
+	if g.s.current(g.gen) {
+		return g.s.Add(obj)
+	}
+	return nil
+}
+
+func (g storeGeneration) Update(obj any) error {
+	if g.s.current(g.gen) {
+		return g.s.Update(obj)
+	}
+	return nil
+}
+
+func (g storeGeneration) Delete(obj any) error {
+	if g.s.current(g.gen) {
+		return g.s.Delete(obj)
+	}
+	return nil
+}
+
+func (g storeGeneration) Replace(list []any, rv string) error {
+	if g.s.current(g.gen) {
+		return g.s.Replace(list, rv)
+	}
+	return nil
+}
+
+func (g storeGeneration) Resync() error { return nil }
 
 var _ cache.ReflectorStore = &objectStore{}
 
@@ -388,6 +482,9 @@ func (s *objectStore) put(obj any, list bool) {
 	s.mu.Unlock()
 	if notify {
 		s.onChange()
+	}
+	if ro != nil && s.onObject != nil {
+		s.onObject(ro)
 	}
 }
 

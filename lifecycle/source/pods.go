@@ -12,9 +12,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// uidIndex indexes the pod cache by UID.
-const uidIndex = "uid"
-
 // setupPods creates the informer of the pods bound to the node and
 // registers the event handlers.
 func (s *Source) setupPods() error {
@@ -23,15 +20,6 @@ func (s *Source) setupPods() error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
 		informers.WithTransform(stripManagedFields))
 	s.podInf = s.podF.Core().V1().Pods().Informer()
-	if err := s.podInf.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return nil, fmt.Errorf("unexpected %T in the pod cache", obj)
-		}
-		return []string{string(pod.UID)}, nil
-	}}); err != nil {
-		return fmt.Errorf("adding the pod UID index: %w", err)
-	}
 	reg, err := s.podInf.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.onPodAdd,
 		UpdateFunc: s.onPodUpdate,
@@ -59,19 +47,25 @@ func (s *Source) PodByName(namespace, name string) (*corev1.Pod, bool) {
 }
 
 // Pod returns the pod with the given UID if it is bound to this node. The
-// pod is shared with the cache: never modify it.
+// pod is shared with the cache: never modify it. The UID is looked up in
+// podKeys, which the event handlers keep (an indexer's UID index cost about
+// a KiB per pod).
 func (s *Source) Pod(uid types.UID) (*corev1.Pod, bool) {
-	objs, err := s.podInf.GetIndexer().ByIndex(uidIndex, string(uid))
-	if err != nil {
-		s.logger.Error(err, "Failed to read the pod cache", "podUID", uid)
+	s.mu.Lock()
+	key, ok := s.podKeys[uid]
+	s.mu.Unlock()
+	if !ok {
 		return nil, false
 	}
-	for _, obj := range objs {
-		if pod, ok := obj.(*corev1.Pod); ok && s.ours(pod) {
-			return pod, true
-		}
+	obj, exists, err := s.podInf.GetIndexer().GetByKey(key.String())
+	if err != nil || !exists {
+		return nil, false
 	}
-	return nil, false
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.UID != uid || !s.ours(pod) {
+		return nil, false
+	}
+	return pod, true
 }
 
 // Pods returns every pod bound to this node. The pods are shared with the
@@ -150,6 +144,9 @@ func (s *Source) onPodDelete(obj any) {
 			delete(s.podNames, key)
 		}
 	}
+	if k, ok := s.podKeys[uid]; ok && k == key {
+		delete(s.podKeys, uid)
+	}
 	s.mu.Unlock()
 	if uid == "" {
 		s.logger.Error(nil, "Pod deletion without a known UID", "pod", key)
@@ -162,5 +159,10 @@ func (s *Source) onPodDelete(obj any) {
 func (s *Source) rememberPod(pod *corev1.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.podNames[cache.MetaObjectToName(pod)] = pod.UID
+	key := cache.MetaObjectToName(pod)
+	if old, ok := s.podNames[key]; ok && old != pod.UID {
+		delete(s.podKeys, old)
+	}
+	s.podNames[key] = pod.UID
+	s.podKeys[pod.UID] = key
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,6 +35,12 @@ type Config struct {
 	// memory and API server load that grow with the cluster: only for small
 	// clusters.
 	ClusterWideInformers bool
+	// SettledObjectResync, when positive, ends the by-name watch of a
+	// referenced object once it settled (a claim or volume bound, an
+	// attachment attached; settle.go) and reads it again with a GET about
+	// this often instead; 0 watches every referenced object for as long
+	// as it is referenced.
+	SettledObjectResync time.Duration
 }
 
 // Validate checks the required fields.
@@ -67,7 +74,7 @@ type Source struct {
 	caches   map[Kind]objectCache            // PVC, PV, VolumeAttachment
 	runOnce  sync.Once
 
-	// mu protects refs, users, podNames and the subscriber lists.
+	// mu protects refs, users, podNames, podKeys and the subscriber lists.
 	mu sync.Mutex
 	// refs are the references each pod declared.
 	refs map[types.UID]*podRefs
@@ -75,7 +82,9 @@ type Source struct {
 	users map[refKey]map[types.UID]struct{}
 	// podNames maps a pod's namespace/name to its UID, for deletions whose
 	// final state is unknown.
-	podNames           map[cache.ObjectName]types.UID
+	podNames map[cache.ObjectName]types.UID
+	// podKeys is the inverse of podNames: a pod's namespace/name by UID.
+	podKeys            map[types.UID]cache.ObjectName
 	podHandlers        []func(types.UID)
 	attachmentHandlers []func(volume.Name)
 }
@@ -107,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		refs:     make(map[types.UID]*podRefs),
 		users:    make(map[refKey]map[types.UID]struct{}),
 		podNames: make(map[cache.ObjectName]types.UID),
+		podKeys:  make(map[types.UID]cache.ObjectName),
 	}
 	if err := s.setupPods(); err != nil {
 		return nil, err
@@ -176,6 +186,11 @@ func (s *Source) setupObjects() error {
 			},
 			newList: func() runtime.Object { return &storagev1.VolumeAttachmentList{} },
 		}, s.objectChanged(KindVolumeAttachment))
+	for kind, c := range s.caches {
+		if b, ok := c.(*byNameCache); ok {
+			b.settling = newSettling(kind, s.cfg.SettledObjectResync)
+		}
+	}
 	return nil
 }
 
@@ -299,6 +314,9 @@ func (s *Source) objectChanged(kind Kind) func(cache.ObjectName) {
 			}
 		}
 		attachHandlers := s.attachmentHandlers
+		if kind == KindPersistentVolumeClaim {
+			s.refreshVolumesLocked(uids)
+		}
 		s.mu.Unlock()
 		if len(uids) == 0 {
 			return // not referenced (any more): nobody to tell
@@ -328,4 +346,25 @@ func resourceOf(kind Kind) schema.GroupResource {
 		return corev1.Resource("pods")
 	}
 	return schema.GroupResource{Resource: string(kind)}
+}
+
+// refreshVolumesLocked reads the settled PersistentVolumes of the pods
+// again now: a claim changed, and an expansion changes the volume first
+// (settle.go). mu must be held.
+func (s *Source) refreshVolumesLocked(uids []types.UID) {
+	pvs, ok := s.caches[KindPersistentVolume].(*byNameCache)
+	if !ok {
+		return
+	}
+	for _, uid := range uids {
+		pr := s.refs[uid]
+		if pr == nil {
+			continue
+		}
+		for key := range pr.keys {
+			if key.kind == KindPersistentVolume {
+				pvs.refresh(key.name)
+			}
+		}
+	}
 }

@@ -17,11 +17,13 @@ type RunOptions struct {
 	RootDir              string
 	RegistrationDir      string
 	HTTPEndpoint         string
+	Profiling            bool
 	ResyncPeriod         time.Duration
 	CSITimeout           time.Duration
 	RemoveTerminating    bool
 	WaitForStopped       bool
 	ClusterWideInformers bool
+	SettledObjectResync  time.Duration
 	KubeAPIQPS           float32
 	KubeAPIBurst         int
 	Manifests            string
@@ -43,9 +45,20 @@ func NewRunOptions() *RunOptions {
 		ResyncPeriod:      5 * time.Minute,
 		CSITimeout:        csiclient.DefaultTimeout,
 		RemoveTerminating: false,
-		KubeAPIQPS:        50,
-		KubeAPIBurst:      100,
-		Logging:           logsapi.NewLoggingConfiguration(),
+		// The agent's own client budget (the kubelet's is 50/100, shared
+		// with its status, events and node heartbeats). Its requests follow
+		// the pods: a GET per newly referenced object (a LIST when a burst
+		// needs a large share of a namespace), a status write per pod,
+		// nothing polled. The burst lets a node start or restart its 110 pods
+		// (about 330 requests) without queueing; the rate bounds a runaway.
+		KubeAPIQPS:   100,
+		KubeAPIBurst: 400,
+		// Every referenced object is watched while it is referenced, so
+		// that a change (an expansion, issue 14) is acted on at once; large
+		// clusters trade that for fewer watches with e.g. 5m (README,
+		// Performance).
+		SettledObjectResync: 0,
+		Logging:             logsapi.NewLoggingConfiguration(),
 	}
 }
 
@@ -56,11 +69,13 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Root directory of the agent's state (kubelet layout below it).")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", o.RegistrationDir, "Directory of plugin-registration sockets; empty means <root-dir>/plugins_registry.")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", o.HTTPEndpoint, "Address of /metrics, /healthz, /readyz and the JSON status API; empty disables it.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (pprof) under /debug/pprof/ on --http-endpoint.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every volume is reconciled again, besides events.")
 	fs.DurationVar(&o.CSITimeout, "csi-timeout", o.CSITimeout, "Timeout of one CSI call.")
 	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
 	fs.BoolVar(&o.WaitForStopped, "wait-for-containers-stopped", o.WaitForStopped, "A runtime beside the agent runs the pods' containers: tear a pod's volumes down once the runtime said its containers stopped (POST /api/v1/pods/NAMESPACE/NAME/containers-stopped?uid=UID), the pod is terminal or it left the API server, never only because it is marked for deletion.")
 	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
+	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "When positive, a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is no longer watched but read again about this often (jittered): fewer watches on the API server, changes such as an expansion seen up to this late. 0 watches every referenced object while it is referenced.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
 	o.addModeFlags(fs)

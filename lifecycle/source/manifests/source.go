@@ -73,8 +73,12 @@ type Source struct {
 	// name; a file that stopped parsing keeps its last good objects.
 	files map[string][]object
 	view  *view
-	// refs are the objects each pod references (AddReferences).
+	idx   *index
+	// refs are the objects each pod references (AddReferences), and
+	// pvcUsers and pvUsers the pods referencing each claim and volume.
 	refs           map[types.UID]source.References
+	pvcUsers       map[cache.ObjectName]map[types.UID]struct{}
+	pvUsers        map[string]map[types.UID]struct{}
 	podHandlers    []func(types.UID)
 	driverHandlers []func(driver string)
 }
@@ -117,8 +121,12 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
 			Name: "manifests",
 		}),
-		files: map[string][]object{},
-		refs:  map[types.UID]source.References{},
+		files:    map[string][]object{},
+		view:     newEmptyView(),
+		idx:      newIndex(cfg.NodeName),
+		refs:     map[types.UID]source.References{},
+		pvcUsers: map[cache.ObjectName]map[types.UID]struct{}{},
+		pvUsers:  map[string]map[types.UID]struct{}{},
 	}
 	files, errs := s.readAll()
 	// An empty file at start-up simply holds nothing.
@@ -131,9 +139,12 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		}
 		return nil, errs[0]
 	}
-	s.files = files
-	s.view = buildView(files, cfg.NodeName)
-	s.logNotes(nil, s.view.notes)
+	var notes []string
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		s.files[name] = files[name]
+		notes = append(notes, s.idx.setFile(s.view, name, nil, files[name], &changes{})...)
+	}
+	s.logNotes(notes)
 	s.logger.V(2).Info("Read manifest directory", "dir", cfg.Dir, "files", len(files), "pods", len(s.view.pods))
 	return s, nil
 }
@@ -269,14 +280,30 @@ func (s *Source) AddReferences(pod types.UID, refs source.References) {
 	for _, n := range refs.PVCs {
 		if !slices.Contains(cur.PVCs, n) {
 			cur.PVCs = append(cur.PVCs, n)
+			addUser(s.pvcUsers, n, pod)
 		}
 	}
 	for _, n := range refs.PVs {
 		if !slices.Contains(cur.PVs, n) {
 			cur.PVs = append(cur.PVs, n)
+			addUser(s.pvUsers, n, pod)
 		}
 	}
 	s.refs[pod] = cur
+}
+
+func addUser[K comparable](users map[K]map[types.UID]struct{}, key K, pod types.UID) {
+	if users[key] == nil {
+		users[key] = map[types.UID]struct{}{}
+	}
+	users[key][pod] = struct{}{}
+}
+
+func removeUser[K comparable](users map[K]map[types.UID]struct{}, key K, pod types.UID) {
+	delete(users[key], pod)
+	if len(users[key]) == 0 {
+		delete(users, key)
+	}
 }
 
 // SetReferences replaces the claims and volumes a pod references; empty
@@ -285,11 +312,24 @@ func (s *Source) AddReferences(pod types.UID, refs source.References) {
 func (s *Source) SetReferences(pod types.UID, refs source.References) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old := s.refs[pod]
+	for _, n := range old.PVCs {
+		removeUser(s.pvcUsers, n, pod)
+	}
+	for _, n := range old.PVs {
+		removeUser(s.pvUsers, n, pod)
+	}
 	if len(refs.PVCs) == 0 && len(refs.PVs) == 0 {
 		delete(s.refs, pod)
 		return
 	}
 	s.refs[pod] = source.References{PVCs: slices.Clone(refs.PVCs), PVs: slices.Clone(refs.PVs)}
+	for _, n := range refs.PVCs {
+		addUser(s.pvcUsers, n, pod)
+	}
+	for _, n := range refs.PVs {
+		addUser(s.pvUsers, n, pod)
+	}
 }
 
 // OnPodChange subscribes fn to "this pod needs re-evaluation": its
@@ -305,9 +345,13 @@ func (s *Source) OnPodChange(fn func(uid types.UID)) {
 // volumes. mu must be held.
 func (s *Source) usersLocked(c changes) []types.UID {
 	var out []types.UID
-	for uid, refs := range s.refs {
-		if slices.ContainsFunc(c.pvcs, func(n cache.ObjectName) bool { return slices.Contains(refs.PVCs, n) }) ||
-			slices.ContainsFunc(c.pvs, func(n string) bool { return slices.Contains(refs.PVs, n) }) {
+	for _, n := range c.pvcs {
+		for uid := range s.pvcUsers[n] {
+			out = append(out, uid)
+		}
+	}
+	for _, n := range c.pvs {
+		for uid := range s.pvUsers[n] {
 			out = append(out, uid)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -104,14 +105,14 @@ func (s *Source) reload(name string) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		s.logger.V(2).Info("Manifest removed", "file", path)
-		s.apply(func(files map[string][]object) { delete(files, name) })
+		s.apply(map[string][]object{name: nil})
 	case errors.Is(err, errEmptyFile):
 		s.logger.V(2).Info("Manifest is empty, probably being written; what it described before stays", "file", path)
 	case err != nil:
 		s.logger.Error(err, "Ignoring a manifest that cannot be used; what it described before stays", "file", path)
 	default:
 		s.logger.V(2).Info("Manifest read", "file", path, "objects", len(objs))
-		s.apply(func(files map[string][]object) { files[name] = objs })
+		s.apply(map[string][]object{name: objs})
 	}
 }
 
@@ -128,16 +129,16 @@ func (s *Source) rescan() {
 			s.logger.Error(err, "Ignoring a manifest that cannot be used; what it described before stays")
 		}
 	}
-	s.apply(func(cur map[string][]object) {
-		for name := range cur {
-			if _, ok := files[name]; !ok && !failed(errs, filepath.Join(s.cfg.Dir, name)) {
-				delete(cur, name)
-			}
+	s.mu.RLock()
+	edits := map[string][]object{}
+	for name := range s.files {
+		if _, ok := files[name]; !ok && !failed(errs, filepath.Join(s.cfg.Dir, name)) {
+			edits[name] = nil
 		}
-		for name, objs := range files {
-			cur[name] = objs
-		}
-	})
+	}
+	s.mu.RUnlock()
+	maps.Copy(edits, files)
+	s.apply(edits)
 }
 
 // failed says whether one of errs is a ParseError of file (which includes
@@ -149,29 +150,35 @@ func failed(errs []error, file string) bool {
 	})
 }
 
-// apply edits the files, rebuilds the view and tells the subscribers what
+// apply replaces the objects of the files in edits (nil: the file is
+// gone), updates the view file by file (incremental.go: the cost is that of
+// the files' objects, not of the directory) and tells the subscribers what
 // changed: the pods added, removed or changed, the pods referencing a
 // claim or volume that changed, and the drivers whose policy changed.
-func (s *Source) apply(edit func(files map[string][]object)) {
+func (s *Source) apply(edits map[string][]object) {
 	s.mu.Lock()
-	edit(s.files)
-	old := s.view
-	s.view = buildView(s.files, s.cfg.NodeName)
-	c := diff(old, s.view)
+	var (
+		c     changes
+		notes []string
+	)
+	for _, name := range slices.Sorted(maps.Keys(edits)) {
+		old := s.files[name]
+		objs := edits[name]
+		if objs == nil {
+			delete(s.files, name)
+		} else {
+			s.files[name] = objs
+		}
+		notes = append(notes, s.idx.setFile(s.view, name, old, objs, &c)...)
+	}
 	pods := append(c.pods, s.usersLocked(c)...)
 	slices.Sort(pods)
 	pods = slices.Compact(pods)
-	var drivers []string
-	for _, name := range c.drivers {
-		if !volume.PolicyFromCSIDriver(old.drivers[name]).Equal(volume.PolicyFromCSIDriver(s.view.drivers[name])) {
-			drivers = append(drivers, name)
-		}
-	}
+	drivers := slices.Compact(slices.Sorted(slices.Values(c.drivers)))
 	podHandlers, driverHandlers := s.podHandlers, s.driverHandlers
-	notes := s.view.notes
 	s.mu.Unlock()
 
-	s.logNotes(old.notes, notes)
+	s.logNotes(notes)
 	if len(pods) > 0 || len(drivers) > 0 {
 		s.logger.V(4).Info("Manifests changed", "pods", len(pods), "drivers", drivers)
 	}
@@ -187,12 +194,10 @@ func (s *Source) apply(edit func(files map[string][]object)) {
 	}
 }
 
-// logNotes logs the notes that are new since the last view.
-func (s *Source) logNotes(old, cur []string) {
-	for _, n := range cur {
-		if !slices.Contains(old, n) {
-			s.logger.Error(nil, "Ignoring a manifest object", "reason", n)
-		}
+// logNotes logs the notes of a change: objects left out, and why.
+func (s *Source) logNotes(notes []string) {
+	for _, n := range notes {
+		s.logger.Error(nil, "Ignoring a manifest object", "reason", n)
 	}
 }
 

@@ -66,13 +66,21 @@ var (
 		heapMetric: "go_memstats_heap_inuse_bytes",
 	}
 	// volmgr is csi-volmgr's agent binary with the `run` command's
-	// defaults (by-name sources, API QPS 50, burst 100).
+	// defaults (by-name sources, its API QPS and burst), --profiling and
+	// --settled-object-resync=5m.
 	volmgr = &agentKind{
 		name: "csi-volmgr", short: "volmgr", binary: volmgrBinary,
 		args: func(kubeconfig, node, root, regDir, httpAddr string) []string {
 			return []string{
 				"run", "--kubeconfig=" + kubeconfig, "--node-name=" + node, "--root-dir=" + root,
 				"--registration-dir=" + regDir, "--http-endpoint=" + httpAddr, fmt.Sprintf("--v=%d", agentVerbosity),
+				// /debug/pprof/, as kubelet-volumes serves it: the harness
+				// forces a GC before it reads the heap.
+				"--profiling",
+				// Settled objects are read again every 5 minutes instead
+				// of watched (README, Performance: the watch decision), so
+				// that the agents' API costs compare like for like.
+				"--settled-object-resync=5m",
 			}
 		},
 		heapMetric:  "go_memstats_heap_inuse_bytes",
@@ -112,7 +120,11 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 		tb.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, w.fx.Env.KubeConfig, 0o600); err != nil {
+	kc := w.fx.Env.KubeConfig
+	if w.agentKubeconfig != nil {
+		kc = w.agentKubeconfig
+	}
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	addr, err := freeAddress()
@@ -142,14 +154,15 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 	return a
 }
 
-// stop stops the agent (SIGTERM; both leave the volumes mounted) and moves
-// the registration socket back out of its directory.
+// stop stops the agent (SIGTERM; both leave the volumes mounted) if it
+// runs, and moves the registration socket back out of its directory (also
+// after the agent was killed), for the next agent.
 func (a *agent) stop(tb testing.TB, w *world) error {
 	tb.Helper()
-	if !a.proc.running() {
-		return nil
+	var err error
+	if a.proc.running() {
+		err = a.proc.stop()
 	}
-	err := a.proc.stop()
 	if _, serr := os.Stat(filepath.Join(a.regDir, w.socketName())); serr == nil {
 		w.moveSocket(tb, a.regDir, w.holdDir)
 	}

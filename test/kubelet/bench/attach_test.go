@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -82,5 +83,138 @@ func (w *world) forgetVolumesInUse(ctx context.Context, tb testing.TB) {
 		return err
 	}); err != nil {
 		tb.Fatalf("emptying the Node's volumesInUse: %v", err)
+	}
+}
+
+const (
+	// attachPods is how many pods BenchmarkAttachToStage runs, one after
+	// another.
+	attachPods = 10
+	// attachLag is how long after its pod was created each volume is
+	// attached: the attach/detach controller's and the external-attacher's
+	// time, during which the agent waits.
+	attachLag = 2 * time.Second
+)
+
+// BenchmarkAttachToStage measures, for both agents, the wait between a
+// volume becoming attached and NodeStageVolume: attachPods pods one after
+// another, each with an attach-required volume whose VolumeAttachment
+// exists (not attached) when the pod is created; attachLag later the world
+// marks it attached as the attach/detach controller and external-attacher
+// would (node.status.volumesAttached first, then the VolumeAttachment's
+// status.attached). The clock starts when the VolumeAttachment's status
+// update is sent and stops when NodeStageVolume begins in the plugin. The
+// kubelet verifies an attached volume only once a node status update
+// reported it in use and retries a failed verification with exponential
+// backoff (from 500 ms); csi-volmgr watches the VolumeAttachment.
+//
+//	make bench-kubelet   (or: go test -run='^$' -bench=AttachToStage -benchtime=1x ./bench/)
+func BenchmarkAttachToStage(b *testing.B) {
+	w := newWorld(b.Context(), b, worldOptions{driver: "attachstage.kubelet-bench.csi-volmgr.io", volumes: attachPods, attachRequired: true})
+	for range b.N {
+		sideBySide(b.Context(), b, w, scenario{
+			name: fmt.Sprintf("attach-required volume attached %v after its pod was created, %d pods one after another", attachLag, attachPods),
+			run: func(ctx context.Context, b *testing.B, w *world, a *agent) []figure {
+				defer w.detachAll(ctx, b)
+				var toStage, toPublished []time.Duration
+				for i, v := range w.volumes {
+					va := w.createAttachment(ctx, b, v)
+					created := time.Now()
+					if _, err := w.creator.CoreV1().Pods(w.fx.Namespace).Create(ctx,
+						newPod(fmt.Sprintf("%s-a-%02d", a.kind.short, i), w.fx.NodeName, v.claim), metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					time.Sleep(time.Until(created.Add(attachLag)))
+					attached := w.markAttached(ctx, b, v, va)
+					var stageBegin time.Time
+					waitFor(ctx, b, time.Millisecond, runTimeout, a.kind.name+" staged "+v.handle, func() (bool, error) {
+						if _, err := w.journal.poll(); err != nil {
+							return false, err
+						}
+						if cs := w.journal.calls(v.handle, created, "NodeStageVolume"); len(cs) > 0 {
+							stageBegin = cs[0].begin
+						}
+						return w.journal.lastOK(v.handle, "NodePublishVolume", created), nil
+					})
+					toStage = append(toStage, stageBegin.Sub(attached))
+					pubs := w.journal.calls(v.handle, created, "NodePublishVolume")
+					toPublished = append(toPublished, pubs[len(pubs)-1].end.Sub(attached))
+				}
+				w.deletePods(ctx, b, a, attachPods)
+				st, pub := newDist(toStage), newDist(toPublished)
+				return []figure{
+					{name: "attached → NodeStageVolume begins, p50 (ms)", key: "attach_to_stage_p50_ms", value: ms(st.q(.5))},
+					{name: "attached → NodeStageVolume begins, max (ms)", key: "attach_to_stage_max_ms", value: ms(st.q(1))},
+					{name: "attached → published, p50 (ms)", key: "attach_to_published_p50_ms", value: ms(pub.q(.5))},
+				}
+			},
+		})
+	}
+}
+
+// createAttachment creates the VolumeAttachment of v to the world's Node,
+// not yet attached, as the attach/detach controller does once the pod is
+// scheduled.
+func (w *world) createAttachment(ctx context.Context, tb testing.TB, v benchVolume) *storagev1.VolumeAttachment {
+	tb.Helper()
+	name := attachmentName(v.handle, w.driver, w.fx.NodeName)
+	va, err := w.creator.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: w.driver, NodeName: w.fx.NodeName,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &v.pv},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("creating VolumeAttachment %s: %v", name, err)
+	}
+	return va
+}
+
+// markAttached does what the attach/detach controller and the
+// external-attacher do once the volume is attached: the volume into
+// node.status.volumesAttached, then status.attached on the
+// VolumeAttachment. It returns when the latter was sent.
+func (w *world) markAttached(ctx context.Context, tb testing.TB, v benchVolume, va *storagev1.VolumeAttachment) time.Time {
+	tb.Helper()
+	nodes := w.creator.CoreV1().Nodes()
+	attached := corev1.AttachedVolume{Name: corev1.UniqueVolumeName("kubernetes.io/csi/" + w.driver + "^" + v.handle)}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := nodes.Get(ctx, w.fx.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.VolumesAttached = append(node.Status.VolumesAttached, attached)
+		_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		tb.Fatalf("adding %s to the Node's volumesAttached: %v", attached.Name, err)
+	}
+	va.Status.Attached = true
+	sent := time.Now()
+	if _, err := w.creator.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{}); err != nil {
+		tb.Fatalf("marking VolumeAttachment %s attached: %v", va.Name, err)
+	}
+	return sent
+}
+
+// detachAll deletes the world's VolumeAttachments and empties the Node's
+// volumesAttached, as after the detach of every volume.
+func (w *world) detachAll(ctx context.Context, tb testing.TB) {
+	tb.Helper()
+	for _, v := range w.volumes {
+		_ = w.creator.StorageV1().VolumeAttachments().Delete(ctx, attachmentName(v.handle, w.driver, w.fx.NodeName), metav1.DeleteOptions{})
+	}
+	nodes := w.creator.CoreV1().Nodes()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := nodes.Get(ctx, w.fx.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.VolumesAttached = nil
+		_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		tb.Fatalf("emptying the Node's volumesAttached: %v", err)
 	}
 }

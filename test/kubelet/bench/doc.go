@@ -23,5 +23,26 @@
 //
 // A row of the table is a scenario (scenario_test.go): a function that
 // measures one started agent on the world and leaves the world as it
-// found it; sideBySide runs it on each agent and prints the table.
+// found it; sideBySide runs it on each agent and prints the table. The
+// benchmarks, in the order they run:
+//   - BenchmarkAPICost: requests per pod through a counting proxy in front
+//     of kube-apiserver (proxy_test.go), idle requests, heap growth with
+//     20,000 foreign PVCs/PVs;
+//   - BenchmarkAttachToStage: VolumeAttachment attached → NodeStageVolume;
+//   - BenchmarkBurst: 1,000 to 10,000 pods bound at once (with a cutoff),
+//     idle CPU, memory per volume above an agent with no pod, restart with
+//     5,000 published volumes, teardown;
+//   - BenchmarkFloors: a GET, an fsync, a durable record, a mkdir, a bind
+//     mount on this machine;
+//   - BenchmarkKubeletBaseline: pods created one after another, added
+//     latency N = 1, 100, 1,000;
+//   - BenchmarkSharedVolume: 50 pods on one RWX volume, 100 ms plugin;
+//   - BenchmarkWatchCost: kube-apiserver's memory and CPU per by-name
+//     watch, extrapolated to 5,000 nodes × 110 pods;
+//   - BenchmarkZZSummary: the whole table.
+//
+// Every table also goes to the results directory (results_test.go:
+// table.md, results.json, charts of latency and idle CPU against N as SVG
+// and PNG, and each agent's heap profiles). KUBELET_BENCH_AGENTS=csi-volmgr
+// runs one agent only, for work on it.
 package bench

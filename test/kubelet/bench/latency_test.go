@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,7 +114,8 @@ func serialScenario(n int, idle time.Duration) scenario {
 				ownReady(ctx, b, a, samples),
 				{name: "agent CPU per pod published (ms, 10 ms ticks)", key: "cpu_per_pod_ms", value: ms(cpuSerial) / float64(n)},
 			}
-			figs = append(figs, measureIdle(ctx, b, a, idle)...)
+			idleFigs := measureIdle(ctx, b, a, idle)
+			figs = append(figs, idleFigs...)
 			teardown := w.deletePods(ctx, b, a, n)
 			return append(figs, figure{name: "teardown, all pods deleted at once (s)", key: "teardown_s", value: teardown.Seconds()})
 		},
@@ -257,7 +259,31 @@ func measureIdle(ctx context.Context, b *testing.B, a *agent, window time.Durati
 	}
 	cpu := agentCPU(b, a) - cpu0
 	perMin := cpu.Seconds() / time.Since(t0).Minutes()
-	rss, err := a.proc.rss()
+	rss, heap, ok := agentMemory(ctx, b, a)
+	return []figure{
+		{name: fmt.Sprintf("idle CPU (s per min, over %v)", window), key: "idle_cpu_s_per_min", value: perMin},
+		{name: "idle CPU (% of one core)", key: "idle_cpu_pct", value: perMin / 60 * 100},
+		{name: "RSS after the idle window (MiB)", key: "rss_mib", value: rss / (1 << 20)},
+		{name: "Go heap in use then, after a GC (MiB)", key: "heap_mib", value: heap / (1 << 20), missing: !ok},
+	}
+}
+
+// agentMemory is the agent's RSS and its Go heap in use right after a
+// garbage collection (both agents serve /debug/pprof/, whose heap profile
+// with gc=1 runs one), in bytes.
+func agentMemory(ctx context.Context, b *testing.B, a *agent) (rss, heap float64, ok bool) {
+	b.Helper()
+	code, profile, err := a.proc.get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil || code != http.StatusOK {
+		b.Fatalf("%s: forcing a GC through /debug/pprof/heap?gc=1: %d %v", a.kind.name, code, err)
+	}
+	// Kept for `go tool pprof`: where the heap goes.
+	dir := filepath.Join(resultsDir(), "profiles")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		name := strings.NewReplacer("/", "_", "=", "").Replace(b.Name())
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pb.gz", name, a.kind.short)), profile, 0o644)
+	}
+	r, err := a.proc.rss()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -265,13 +291,8 @@ func measureIdle(ctx context.Context, b *testing.B, a *agent, window time.Durati
 	if err != nil {
 		b.Fatalf("%s metrics: %v", a.kind.name, err)
 	}
-	heap, ok := m[a.kind.heapMetric]
-	return []figure{
-		{name: fmt.Sprintf("idle CPU (s per min, over %v)", window), key: "idle_cpu_s_per_min", value: perMin},
-		{name: "idle CPU (% of one core)", key: "idle_cpu_pct", value: perMin / 60 * 100},
-		{name: "RSS after the idle window (MiB)", key: "rss_mib", value: float64(rss) / (1 << 20)},
-		{name: "Go heap in use then (MiB)", key: "heap_mib", value: heap / (1 << 20), missing: !ok},
-	}
+	heap, ok = m[a.kind.heapMetric]
+	return float64(r), heap, ok
 }
 
 func agentCPU(b *testing.B, a *agent) time.Duration {

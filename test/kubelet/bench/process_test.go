@@ -133,8 +133,11 @@ func (p *process) pid() int { return p.cmd.Process.Pid }
 
 // cpu is the process's CPU time so far, user and system, of all its
 // threads and of the children it waited for (/proc/<pid>/stat).
-func (p *process) cpu() (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid()))
+func (p *process) cpu() (time.Duration, error) { return cpuOf(p.pid()) }
+
+// cpuOf is process pid's CPU time so far (see process.cpu).
+func cpuOf(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -143,7 +146,7 @@ func (p *process) cpu() (time.Duration, error) {
 	i := strings.LastIndexByte(s, ')')
 	fields := strings.Fields(s[i+1:])
 	if len(fields) < 15 {
-		return 0, fmt.Errorf("short /proc/%d/stat", p.pid())
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
 	}
 	var ticks int64
 	for _, f := range fields[11:15] { // utime stime cutime cstime
@@ -157,8 +160,11 @@ func (p *process) cpu() (time.Duration, error) {
 }
 
 // rss is the process's resident set size in bytes (/proc/<pid>/status).
-func (p *process) rss() (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid()))
+func (p *process) rss() (uint64, error) { return pidRSS(p.pid()) }
+
+// pidRSS is process pid's resident set size in bytes.
+func pidRSS(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -168,7 +174,7 @@ func (p *process) rss() (uint64, error) {
 			return kib << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", p.pid())
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // get asks the process for path.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -26,8 +28,10 @@ type figure struct {
 	// (no spaces), e.g. "added_p50_ms".
 	name, key string
 	value     float64
-	// missing marks a figure the agent cannot give.
+	// missing marks a figure the agent cannot give; note says why (e.g.
+	// "did not finish in 10m").
 	missing bool
+	note    string
 }
 
 // sideBySide runs sc on every agent in turn, prints the table (kubelet,
@@ -37,6 +41,9 @@ func sideBySide(ctx context.Context, b *testing.B, w *world, sc scenario) {
 	b.Helper()
 	results := make([][]figure, len(agents))
 	for i, kind := range agents {
+		if !selected(kind) {
+			continue
+		}
 		a := startAgent(ctx, b, w, kind)
 		results[i] = sc.run(ctx, b, w, a)
 		if err := a.stop(b, w); err != nil {
@@ -44,6 +51,7 @@ func sideBySide(ctx context.Context, b *testing.B, w *world, sc scenario) {
 		}
 	}
 	printTable(b, sc.name, results)
+	book.add(sc.name, results)
 }
 
 // printTable prints the figures of every agent side by side, in the order
@@ -56,14 +64,19 @@ func printTable(b *testing.B, title string, results [][]figure) {
 		fmt.Fprintf(&sb, " %12s", kind.name)
 	}
 	fmt.Fprintf(&sb, " %10s", "ratio")
-	for _, f := range results[0] {
+	for _, f := range firstResults(results) {
 		fmt.Fprintf(&sb, "\n  %-48s", f.name)
 		values := make([]figure, len(agents))
 		for i, kind := range agents {
 			v, ok := find(results[i], f.key)
+			v.missing = v.missing || !ok
 			values[i] = v
 			if !ok || v.missing {
-				fmt.Fprintf(&sb, " %12s", "n/a")
+				text := "n/a"
+				if v.note != "" {
+					text = v.note
+				}
+				fmt.Fprintf(&sb, " %12s", text)
 				continue
 			}
 			fmt.Fprintf(&sb, " %12.2f", v.value)
@@ -76,7 +89,7 @@ func printTable(b *testing.B, title string, results [][]figure) {
 			fmt.Fprintf(&sb, " %10s", "")
 		}
 	}
-	details(b, title+" (one run of each agent on the same objects; ratio = kubelet ÷ csi-volmgr)", sb.String())
+	details(b, title+" (one run of each agent on the same objects; ratio = kubelet ÷ csi-volmgr; load "+loadAverage()+")", sb.String())
 }
 
 func find(figs []figure, key string) (figure, bool) {
@@ -100,4 +113,24 @@ func ratio(a, b figure) (float64, bool) {
 // testing package keeps only the first lines of a benchmark's log.
 func details(b *testing.B, title, text string) {
 	fmt.Printf("[%s] %s:%s\n", b.Name(), title, text)
+}
+
+// EnvAgents names an environment variable that restricts the benchmarks
+// to some agents, by name (e.g. "csi-volmgr" while working on it); the
+// table then has no ratio. Default: both.
+const EnvAgents = "KUBELET_BENCH_AGENTS"
+
+func selected(kind *agentKind) bool {
+	s := os.Getenv(EnvAgents)
+	return s == "" || slices.Contains(strings.Split(s, ","), kind.name)
+}
+
+// firstResults is the figures of the first agent that ran.
+func firstResults(results [][]figure) []figure {
+	for _, r := range results {
+		if r != nil {
+			return r
+		}
+	}
+	return nil
 }

@@ -55,6 +55,9 @@ type world struct {
 	holdDir string
 	volumes []benchVolume
 	journal *journalTail
+	// agentKubeconfig, when set, is the kubeconfig the agents get instead
+	// of the API server's own (e.g. one through the counting proxy).
+	agentKubeconfig []byte
 }
 
 // worldOptions says what a world holds.
@@ -67,6 +70,9 @@ type worldOptions struct {
 	// attachRequired is the CSIDriver's attachRequired: the world then
 	// plays the attach/detach controller and external-attacher (attach).
 	attachRequired bool
+	// accessMode is the PVCs' and PVs' access mode; empty means
+	// ReadWriteOnce.
+	accessMode corev1.PersistentVolumeAccessMode
 }
 
 // benchVolume is one test-plugin volume with its claim and PV.
@@ -128,6 +134,10 @@ func (w *world) createVolumes(ctx context.Context, tb testing.TB, n int) {
 	}
 	core := w.creator.CoreV1()
 	ns := w.fx.Namespace
+	mode := w.opts.accessMode
+	if mode == "" {
+		mode = corev1.ReadWriteOnce
+	}
 	w.volumes = make([]benchVolume, n)
 	parallel(tb, n, func(i int) error {
 		resp, err := controller.CreateVolume(ctx, &csi.CreateVolumeRequest{
@@ -143,7 +153,7 @@ func (w *world) createVolumes(ctx context.Context, tb testing.TB, n int) {
 		c, err := core.PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: v.claim},
 			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				AccessModes: []corev1.PersistentVolumeAccessMode{mode},
 				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 				VolumeName:  v.pv,
 			},
@@ -161,7 +171,7 @@ func (w *world) createVolumes(ctx context.Context, tb testing.TB, n int) {
 			ObjectMeta: metav1.ObjectMeta{Name: v.pv, Labels: map[string]string{benchLabel: ns}},
 			Spec: corev1.PersistentVolumeSpec{
 				Capacity:    corev1.ResourceList{corev1.ResourceStorage: size},
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				AccessModes: []corev1.PersistentVolumeAccessMode{mode},
 				ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1",
 					Namespace: ns, Name: v.claim, UID: c.UID},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
@@ -179,7 +189,11 @@ func (w *world) createVolumes(ctx context.Context, tb testing.TB, n int) {
 		return nil
 	})
 	tb.Cleanup(func() {
-		_ = w.creator.CoreV1().PersistentVolumes().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
+		// envtest runs no namespace controller: the claims stay unless
+		// deleted here, and etcd would grow from benchmark to benchmark.
+		ctx := context.WithoutCancel(ctx)
+		_ = w.creator.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = w.creator.CoreV1().PersistentVolumes().DeleteCollection(ctx, metav1.DeleteOptions{},
 			metav1.ListOptions{LabelSelector: benchLabel + "=" + ns})
 	})
 }

@@ -1,0 +1,170 @@
+package source
+
+import (
+	"context"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// firstReadWorkers is how many first reads of one kind run at once.
+	firstReadWorkers = 8
+	// bulkMin is how many first reads of one namespace (of a cluster-scoped
+	// kind: of the kind) must be waiting before they are considered for
+	// one LIST instead of one GET each.
+	bulkMin = 32
+	// bulkShare is the least share of the kind (in the namespace) that the
+	// waiting reads must make up for the LIST to be made: a node that needs
+	// a tenth of all the objects it would list reads them with one LIST
+	// (at most ten times the bytes of its GETs, one request instead of
+	// hundreds); a node that needs fewer reads them one by one, so that no
+	// fleet of agents ever lists a kind of a large cluster whole.
+	bulkShare = 10
+	// bulkPageSize is the page size of a bulk LIST.
+	bulkPageSize = 500
+)
+
+// firstReads makes the first read of each newly referenced object. One at
+// a time it is a GET, made at once, as the reflector's first list was; when
+// reads pile up behind the API client's rate limit (a burst of pods, the
+// pods of a node at restart) and many of them are in one namespace, and
+// they are a large share of what that namespace holds, one paginated LIST
+// answers them all (consistent: resourceVersion unset). What was read goes
+// to the cache (byNameCache.firstRead), which watches it or, when it has
+// settled, only reads it again from time to time.
+type firstReads struct {
+	c     *byNameCache
+	queue workqueue.TypedInterface[cache.ObjectName]
+}
+
+func newFirstReads(c *byNameCache) *firstReads {
+	return &firstReads{c: c, queue: workqueue.NewTyped[cache.ObjectName]()}
+}
+
+// add asks for key's first read.
+func (r *firstReads) add(key cache.ObjectName) { r.queue.Add(key) }
+
+// run reads until ctx ends.
+func (r *firstReads) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range firstReadWorkers {
+		wg.Go(func() {
+			for r.next(ctx) {
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// next takes one key and, when many more are waiting, those too.
+func (r *firstReads) next(ctx context.Context) bool {
+	key, shutdown := r.queue.Get()
+	if shutdown {
+		return false
+	}
+	keys := []cache.ObjectName{key}
+	if r.queue.Len() >= bulkMin {
+		for n := r.queue.Len(); n > 0; n-- {
+			k, shutdown := r.queue.Get()
+			if shutdown {
+				break
+			}
+			keys = append(keys, k)
+		}
+	}
+	defer func() {
+		for _, k := range keys {
+			r.queue.Done(k)
+		}
+	}()
+	groups := map[string][]cache.ObjectName{}
+	for _, k := range keys {
+		groups[k.Namespace] = append(groups[k.Namespace], k)
+	}
+	for ns, group := range groups {
+		if len(group) >= bulkMin && r.bulk(ctx, ns, group) {
+			continue
+		}
+		for _, k := range group {
+			obj, err := r.c.lw.get(ctx, k.Namespace, k.Name)
+			r.c.firstRead(ctx, k, obj, err)
+		}
+	}
+	return true
+}
+
+// bulk reads keys (all of namespace ns) with one paginated LIST when they
+// are at least a bulkShare-th of what ns holds, and reports whether it did.
+// A LIST that fails reads nothing: the keys are then read one by one.
+func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectName) bool {
+	logger := klog.FromContext(ctx)
+	probe, err := r.c.lw.list(ctx, ns, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		logger.V(4).Info("Counting objects for a bulk read failed; reading them one by one", "kind", r.c.kind, "namespace", ns, "err", err)
+		return false
+	}
+	lm, err := meta.ListAccessor(probe)
+	if err != nil {
+		return false
+	}
+	total := int64(meta.LenList(probe))
+	if rest := lm.GetRemainingItemCount(); rest != nil {
+		total += *rest
+	} else if lm.GetContinue() != "" {
+		return false // the API server would not say how many
+	}
+	if int64(len(keys))*bulkShare < total {
+		return false
+	}
+	want := make(map[string]runtime.Object, len(keys))
+	for _, k := range keys {
+		want[k.Name] = nil
+	}
+	opts := metav1.ListOptions{Limit: bulkPageSize}
+	for {
+		page, err := r.c.lw.list(ctx, ns, opts)
+		if err != nil {
+			logger.V(4).Info("Bulk read failed; reading the objects one by one", "kind", r.c.kind, "namespace", ns, "err", err)
+			return false
+		}
+		if err := meta.EachListItem(page, func(obj runtime.Object) error {
+			if m, err := meta.Accessor(obj); err == nil {
+				if _, ok := want[m.GetName()]; ok {
+					// A copy: the cache must not keep the page alive.
+					want[m.GetName()] = obj.DeepCopyObject()
+				}
+			}
+			return nil
+		}); err != nil {
+			return false
+		}
+		lm, err := meta.ListAccessor(page)
+		if err != nil {
+			return false
+		}
+		if lm.GetContinue() == "" {
+			break
+		}
+		opts.Continue = lm.GetContinue()
+	}
+	logger.V(4).Info("Read objects with one LIST", "kind", r.c.kind, "namespace", ns, "objects", len(keys), "of", total)
+	for _, k := range keys {
+		if obj := want[k.Name]; obj != nil {
+			r.c.firstRead(ctx, k, obj, nil)
+			continue
+		}
+		r.c.firstRead(ctx, k, nil, apierrors.NewNotFound(r.c.resource, k.Name))
+	}
+	return true
+}

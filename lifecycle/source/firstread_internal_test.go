@@ -1,0 +1,121 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// TestBulkFirstRead: many first reads of one namespace that make up a large
+// share of it are answered by one LIST (found objects cached, missing ones
+// NotFound); a small share is not listed.
+func TestBulkFirstRead(t *testing.T) {
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	var objs []kruntime.Object
+	for i := range 50 {
+		objs = append(objs, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: fmt.Sprintf("c-%02d", i), ResourceVersion: "3"}})
+	}
+	client := fake.NewClientset(objs...)
+	var (
+		lists atomic.Int32
+		mu    sync.Mutex
+		gets  []string
+	)
+	client.PrependReactor("list", "persistentvolumeclaims", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	client.PrependReactor("get", "persistentvolumeclaims", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		gets = append(gets, a.(k8stesting.GetAction).GetName())
+		return false, nil, nil
+	})
+	core := client.CoreV1()
+	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
+		listWatchFuncs{
+			get: func(ctx context.Context, ns, name string) (kruntime.Object, error) {
+				return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			},
+			list: func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
+				return core.PersistentVolumeClaims(ns).List(ctx, o)
+			},
+			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
+			},
+			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
+		}, func(cache.ObjectName) {})
+	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
+	c.settling.settled = func(kruntime.Object) bool { return true } // nothing to watch here
+
+	// 40 of the 50 claims exist among 45 wanted: a LIST answers them.
+	var keys []cache.ObjectName
+	for i := 10; i < 55; i++ {
+		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%02d", i)}
+		keys = append(keys, k)
+		c.watch(k)
+	}
+	r := newFirstReads(c)
+	if !r.bulk(ctx, "ns", keys) {
+		t.Fatal("bulk read of 45 of 50 claims not made")
+	}
+	// The reflectors of the missing claims may GET them; nothing else.
+	mu.Lock()
+	for _, name := range gets {
+		if name < "c-50" {
+			t.Errorf("claim %s read with a GET besides the LIST", name)
+		}
+	}
+	mu.Unlock()
+	for _, k := range keys[:40] {
+		if obj, err := c.get(k); err != nil || obj == nil {
+			t.Errorf("claim %s after the bulk read: %v, %v", k, obj, err)
+		}
+	}
+	// The missing five start their reflectors, which wait for them.
+	for _, k := range keys[40:] {
+		c.mu.Lock()
+		started := c.items[k].cancel != nil
+		c.mu.Unlock()
+		if !started {
+			t.Errorf("missing claim %s: no reflector started to wait for it", k)
+		}
+	}
+
+	// 32 wanted of a namespace of 400: read one by one.
+	for i := 50; i < 400; i++ {
+		if _, err := core.PersistentVolumeClaims("ns").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: fmt.Sprintf("c-%02d", i)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	before := lists.Load()
+	if r.bulk(ctx, "ns", keys[:32]) {
+		t.Error("bulk read made for 32 of 400 claims")
+	}
+	if n := lists.Load() - before; n != 1 {
+		t.Errorf("%d LISTs for the small share, want only the count", n)
+	}
+	c.mu.Lock()
+	for _, item := range c.items {
+		if item.cancel != nil {
+			item.cancel()
+		}
+	}
+	c.mu.Unlock()
+}

@@ -1,0 +1,32 @@
+package bench_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkZZSummary runs last (benchmarks run in the order of their
+// files) and prints the whole table of this run, as the results directory
+// holds it (table.md, results.json, latency-vs-n and cpu-vs-n as SVG and
+// PNG). Run on its own it redraws them from the last run's results.json.
+func BenchmarkZZSummary(b *testing.B) {
+	book.mu.Lock()
+	empty := len(book.rows) == 0
+	book.mu.Unlock()
+	if empty {
+		// Run on its own: redraw the charts of the last run.
+		if err := book.load(); err != nil {
+			b.Skipf("no results: %v", err)
+		}
+	}
+	for range b.N {
+		data, err := os.ReadFile(filepath.Join(resultsDir(), "table.md"))
+		if err != nil {
+			b.Skipf("no results yet: %v", err)
+		}
+		abs, _ := filepath.Abs(resultsDir())
+		fmt.Printf("\n%s\n(written to %s)\n", data, abs)
+	}
+}
