@@ -213,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
 		Node:                     in.node, SELinux: seLinux,
-		Published:                publishedIn{m.world},
+		Published: publishedIn{m.world},
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
