@@ -3,6 +3,7 @@ package populator_test
 import (
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -263,11 +265,9 @@ func TestHasSyncedWaitsForReferencedObjects(t *testing.T) {
 func TestNotSettledWhileANewPodWaitsForItsClaim(t *testing.T) {
 	ctx := testContext(t)
 	client := fakeClient(newPod("old", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
-	s := startStack(ctx, t, client, stackOptions{})
-	eventually(ctx, t, "settled at start", s.pop.Settled)
-
+	// The reactors go in before the stack runs (the fake client's reactor
+	// chain is not safe to change while it is used) and block later.
 	var blocked atomic.Bool
-	blocked.Store(true)
 	unavailable := func(k8stesting.Action) (bool, runtime.Object, error) {
 		if blocked.Load() {
 			return true, nil, errors.New("injected: API server unavailable")
@@ -277,6 +277,9 @@ func TestNotSettledWhileANewPodWaitsForItsClaim(t *testing.T) {
 	// The new pod's claim is a new by-name watch: a GET, then a LIST.
 	client.PrependReactor("get", "persistentvolumeclaims", unavailable)
 	client.PrependReactor("list", "persistentvolumeclaims", unavailable)
+	s := startStack(ctx, t, client, stackOptions{})
+	eventually(ctx, t, "settled at start", s.pop.Settled)
+	blocked.Store(true)
 	// Another claim and PV of the same volume (handle h1).
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, newPV("pv2", "c2", "h1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -299,6 +302,109 @@ func TestNotSettledWhileANewPodWaitsForItsClaim(t *testing.T) {
 	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-new"}); !ok {
 		t.Error("settled, but the new pod's volume is not desired")
 	}
+}
+
+// TestNotSettledWhileACachedPodIsNotDelivered is a chaos run's finding
+// (seed 17016): after an API server outage the pod informer relisted;
+// client-go replaces its cache first and then tells the handlers the
+// deletions before the additions, so the deletion of an old pod of a
+// volume was resolved while the new pod of the volume, already in the
+// cache, had not been delivered: the populator said Settled and the volume
+// was unstaged under the new pod. A pod in the cache whose event has not
+// reached the populator keeps it unsettled.
+func TestNotSettledWhileACachedPodIsNotDelivered(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("old", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
+	held := &heldPods{}
+	s := startStack(ctx, t, client, stackOptions{wrapSource: func(src populator.Source) populator.Source {
+		held.Source = src
+		return held
+	}})
+	eventually(ctx, t, "settled at start", s.pop.Settled)
+
+	// The new pod is in the cache; its event is held back.
+	held.hold("uid-new")
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, newPod("new", withClaim("data", "c1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the new pod cached", func() bool { _, ok := held.Pod("uid-new"); return ok })
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the old pod gone from the desired state", func() bool { return !s.store.HasPod("uid-old") })
+	if s.pop.Settled() {
+		t.Fatal("Settled while the cache has a pod whose event has not arrived: its volume would be unstaged under it")
+	}
+	held.release("uid-new")
+	eventually(ctx, t, "settled once the new pod is delivered and resolved", s.pop.Settled)
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-new"}); !ok {
+		t.Error("settled, but the new pod's volume is not desired")
+	}
+}
+
+// TestSettledWhileAPodIsMarkedForDeletion: a merge finding: a pod marked
+// for deletion (its containers still running, the runtime not done) kept
+// its event unresolved, so no volume of the node could be unstaged until
+// the pod was gone. Keeping its volumes as they are resolves its event.
+func TestSettledWhileAPodIsMarkedForDeletion(t *testing.T) {
+	ctx := testContext(t)
+	client := fakeClient(newPod("p", withClaim("data", "c1")), newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"))
+	s := startStack(ctx, t, client, stackOptions{})
+	eventually(ctx, t, "settled at start", s.pop.Settled)
+	deleting := newPod("p", withClaim("data", "c1"))
+	deleting.ResourceVersion = "2"
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if _, err := client.CoreV1().Pods(ns).Update(ctx, deleting, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the cache sees the pod marked for deletion", func() bool {
+		pod, ok := s.src.Pod("uid-p")
+		return ok && pod.DeletionTimestamp != nil
+	})
+	eventually(ctx, t, "settled while the pod is marked for deletion", s.pop.Settled)
+	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"}); !ok {
+		t.Error("the pod marked for deletion lost its volume")
+	}
+}
+
+// heldPods is a Source that holds back the events of chosen pods, as an
+// informer's handler lags behind its cache.
+type heldPods struct {
+	populator.Source
+	mu      sync.Mutex
+	held    map[types.UID]bool
+	handler func(types.UID)
+}
+
+func (h *heldPods) OnPodChange(fn func(types.UID)) {
+	h.mu.Lock()
+	h.handler = fn
+	h.mu.Unlock()
+	h.Source.OnPodChange(func(uid types.UID) {
+		h.mu.Lock()
+		held := h.held[uid]
+		h.mu.Unlock()
+		if !held {
+			fn(uid)
+		}
+	})
+}
+
+func (h *heldPods) hold(uid types.UID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = map[types.UID]bool{}
+	}
+	h.held[uid] = true
+}
+
+func (h *heldPods) release(uid types.UID) {
+	h.mu.Lock()
+	delete(h.held, uid)
+	fn := h.handler
+	h.mu.Unlock()
+	fn(uid)
 }
 
 // TestPolicyChange: a CSIDriver that enables inline volumes re-resolves

@@ -65,6 +65,8 @@ type stackOptions struct {
 	// published is the populator's Published; nil treats every resolved
 	// volume as published.
 	published populator.PublishedVolumes
+	// wrapSource, when set, stands between the source and the populator.
+	wrapSource func(populator.Source) populator.Source
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -90,9 +92,13 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		}
 		nodeLabels = nodeWatch
 	}
+	var popSource populator.Source = src
+	if o.wrapSource != nil {
+		popSource = o.wrapSource(src)
+	}
 	pop, err := populator.New(populator.Config{
 		Node:                  nodeLabels,
-		Source:                src,
+		Source:                popSource,
 		DesiredState:          store,
 		Policies:              policies,
 		NodeName:              o.node,

@@ -102,13 +102,20 @@ type Populator struct {
 	clock clock.PassiveClock
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 
-	// mu protects firstSeen, initial, isSynced, unresolved and events.
+	// mu protects firstSeen, seen, initial, isSynced, unresolved and
+	// events.
 	mu sync.Mutex
 	// unresolved holds, for each pod with an event not yet resolved into
 	// the desired state (queued, being resolved, or waiting for the objects
 	// it references), the number of its latest event; events counts them.
 	unresolved map[types.UID]uint64
 	events     uint64
+	// seen holds the pods whose events have reached the populator, until
+	// the Source no longer has them. A pod in the Source's cache that is
+	// not in it has an event on its way (an informer updates its cache
+	// before it tells its handlers: a relist after an API server outage
+	// replaces the whole cache, then reports deletions first).
+	seen map[types.UID]struct{}
 	// firstSeen is when each pod's first event arrived; kept until the pod
 	// leaves.
 	firstSeen map[types.UID]time.Time
@@ -141,6 +148,7 @@ func New(cfg Config) (*Populator, error) {
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "populator"}),
 		firstSeen:  make(map[types.UID]time.Time),
 		unresolved: make(map[types.UID]uint64),
+		seen:       make(map[types.UID]struct{}),
 		synced:     make(chan struct{}),
 	}
 	cfg.Source.OnPodChange(p.podChanged)
@@ -214,9 +222,26 @@ func (p *Populator) Synced() <-chan struct{} { return p.synced }
 // yet (one just created, or waiting for its claim to be cached) may want any
 // volume, so a volume that looks unwanted must not be unstaged: the
 // reconciler waits.
+//
+// It is also false while the Source has a pod whose event has not reached
+// the populator yet: after a relist, the deletion of an old pod of a volume
+// and the creation of a new one arrive one after the other, and between
+// the two the volume would look unwanted.
 func (p *Populator) Settled() bool {
 	p.mu.Lock()
+	unresolved := len(p.unresolved)
+	p.mu.Unlock()
+	if unresolved > 0 {
+		return false
+	}
+	pods := p.cfg.Source.Pods()
+	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, pod := range pods {
+		if _, ok := p.seen[pod.UID]; !ok {
+			return false
+		}
+	}
 	return len(p.unresolved) == 0
 }
 
@@ -228,6 +253,7 @@ func (p *Populator) podChanged(uid types.UID) {
 	}
 	p.events++
 	p.unresolved[uid] = p.events
+	p.seen[uid] = struct{}{}
 	p.mu.Unlock()
 	p.queue.Add(uid)
 }
@@ -286,6 +312,9 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	pod, ok := p.cfg.Source.Pod(uid)
 	if !ok {
 		p.forgetSignal(uid)
+		p.mu.Lock()
+		delete(p.seen, uid)
+		p.mu.Unlock()
 	}
 	if !ok || p.leaving(pod) {
 		p.cfg.DesiredState.DeletePod(uid)
@@ -305,6 +334,8 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		// volume it does not have yet, and keeps those it has until it is
 		// deleted or terminal.
 		logger.V(4).Info("Pod is marked for deletion; its desired volumes are kept as they are")
+		p.resolved(logger, uid)
+		p.settle(uid, event)
 		return nil
 	}
 
