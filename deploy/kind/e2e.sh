@@ -119,7 +119,7 @@ mounted_on_host "$ktarget" || fail "$ktarget is not mounted on host $host"
 written=$(on_host cat "$VOLUMES/$khandle/probe")
 [[ "$written" == written-by-the-pod ]] || fail "the pod's file in $VOLUMES/$khandle holds '$written'"
 
-log "5. deleting both pods: teardown, detach; csi-volmgr completes its pod's deletion"
+log "5. deleting both pods: teardown, detach; csi-volmgr (or the example runtime) completes its pod's deletion"
 k delete pod "$POD" "$KPOD" --wait=false
 k wait --for=delete "pod/$POD" "pod/$KPOD" --timeout="$TIMEOUT"
 ! mounted_on_host "$target" || fail "$target is still mounted after the pod was deleted"

@@ -32,6 +32,17 @@ k -n "$NAMESPACE" rollout restart daemonset/csi-volmgr statefulset/csi-testplugi
 k -n "$NAMESPACE" rollout status daemonset/csi-volmgr --timeout="$TIMEOUT"
 k -n "$NAMESPACE" rollout status statefulset/csi-testplugin --timeout="$TIMEOUT"
 
+if [[ "$RUNTIME" == true ]]; then
+	# The example runtime runs whatever is bound to the virtual node, and
+	# kind's DaemonSets (kube-proxy, the CNI) tolerate every taint: keep them
+	# off virtual-kubelet nodes (label type=virtual-kubelet), as
+	# virtual-kubelet advises, instead of starting their commands there.
+	not_virtual='{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["virtual-kubelet"]}]}]}}}}}}}'
+	for ds in $(k -n kube-system get daemonsets -o name); do
+		k -n kube-system patch "$ds" --type=strategic -p "$not_virtual"
+	done
+fi
+
 log "waiting for the virtual node $VIRTUAL_NODE and its CSINode"
 wait_for "Node $VIRTUAL_NODE" 120 k get node "$VIRTUAL_NODE"
 k wait --for=condition=Ready "node/$VIRTUAL_NODE" --timeout="$TIMEOUT"
