@@ -28,8 +28,10 @@ type MountedVolume struct {
 	// DevicePath is the pod's device of a block volume on the host: a
 	// symbolic link at <root>/pods/<podUID>/volumeDevices/kubernetes.io~csi/<name>
 	// to the published device (the CSI target_path), where the kubelet
-	// keeps it; expose the device it resolves to. Empty for filesystem
-	// volumes.
+	// keeps it; expose the device it resolves to. When the actual state
+	// does not know the link (a publish reconstructed after a restart) it
+	// is the CSI target_path, the published device itself. Empty for
+	// filesystem volumes.
 	DevicePath string `json:"devicePath,omitempty"`
 	// ReadOnly says the volume was published read-only (the claim's or
 	// inline volume's readOnly): mount it read-only in every container.
