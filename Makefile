@@ -143,7 +143,10 @@ run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on 
 KIND_NODE_IMAGE ?= csi-volmgr-kind/node:v1.37.2
 IMAGE           ?= csi-volmgr:kind
 KIND_BUILD      := deploy/kind/image/build.sh
-KIND_ENV         = KIND="$$($(KIND_BUILD) kind)" KUBECTL=$(K8S_BIN)/kubectl KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) IMAGE=$(IMAGE)
+# deploy/kind (the bare agent for the virtual node) or deploy/kind/runtime
+# (the example runtime embedding it: the virtual node's pods run).
+KIND_OVERLAY    ?= deploy/kind
+KIND_ENV         = KIND="$$($(KIND_BUILD) kind)" KUBECTL=$(K8S_BIN)/kubectl KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) IMAGE=$(IMAGE) KIND_OVERLAY=$(KIND_OVERLAY)
 
 .PHONY: docker
 docker: ## Start dockerd unless one answers (installs Debian's docker.io if missing); `make kind-down` stops only a dockerd it started.
@@ -161,6 +164,13 @@ image-testplugin: docker ## Build the CSI test plugin's image csi-volmgr-testplu
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o $(BIN)/image-testplugin/csi-testplugin ./test/plugin/cmd/csi-testplugin
 	DOCKER_BUILDKIT=0 docker build -q -t csi-volmgr-testplugin:kind -f deploy/kind/image/testplugin.Dockerfile $(BIN)/image-testplugin
 
+.PHONY: image-example-runtime
+image-example-runtime: docker ## Build the example runtime's image csi-volmgr-example-runtime:kind (deploy/kind/runtime).
+	mkdir -p $(BIN)/image-example-runtime
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-example-runtime/csi-volmgr-example-runtime ./examples/vk-runtime
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-example-runtime/csi-volmgr ./cmd/csi-volmgr
+	DOCKER_BUILDKIT=0 docker build -q -t csi-volmgr-example-runtime:kind -f deploy/kind/image/example-runtime.Dockerfile $(BIN)/image-example-runtime
+
 .PHONY: kind-image
 kind-image: docker ## Build the kind node image KIND_NODE_IMAGE (Kubernetes v1.37.2) from sources; cached, long the first time.
 	KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) $(KIND_BUILD) node
@@ -170,7 +180,7 @@ kind-deploy-images: docker ## Build the images deploy/kind uses besides ours: ex
 	$(KIND_BUILD) deploy-images
 
 .PHONY: kind-up
-kind-up: kind-image kind-deploy-images image image-testplugin $(K8S_BIN)/kubectl ## Create the kind cluster, load the images, deploy deploy/kind (agent for the virtual node + CSI test plugin).
+kind-up: kind-image kind-deploy-images image image-testplugin $(if $(filter deploy/kind/runtime,$(KIND_OVERLAY)),image-example-runtime) $(K8S_BIN)/kubectl ## Create the kind cluster, load the images, deploy KIND_OVERLAY (agent for the virtual node + CSI test plugin).
 	$(KIND_ENV) deploy/kind/up.sh
 
 .PHONY: kind-e2e

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -44,8 +45,12 @@ func repoRoot(tb testing.TB) string {
 	return filepath.Dir(wd)
 }
 
+// componentKind matches the kind of a kustomize Component.
+var componentKind = regexp.MustCompile(`(?m)^kind:\s*Component\s*$`)
+
 // kustomizations returns every directory under deploy/ that holds a
-// kustomization.yaml, relative to deploy/, e.g. "base", "kind/example".
+// kustomization.yaml that is not a Component, relative to deploy/, e.g.
+// "base", "kind/example".
 func kustomizations(tb testing.TB) []string {
 	tb.Helper()
 	var dirs []string
@@ -54,7 +59,14 @@ func kustomizations(tb testing.TB) []string {
 			return err
 		}
 		if !d.IsDir() && d.Name() == "kustomization.yaml" {
-			dirs = append(dirs, filepath.Dir(path))
+			// A Component renders only as part of a kustomization.
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if !componentKind.Match(data) {
+				dirs = append(dirs, filepath.Dir(path))
+			}
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -34,6 +35,23 @@ type clusterNode struct {
 // startClusterNode starts it with the Config that configure changes.
 func startClusterNode(t *testing.T, f *k8stest.Fixture, configure func(*volumemanager.Config)) *clusterNode {
 	t.Helper()
+	return startClusterNodeWith(t, f, clusterNodeOptions{Configure: configure})
+}
+
+// clusterNodeOptions change what startClusterNodeWith makes; each field
+// may be nil.
+type clusterNodeOptions struct {
+	// Configure changes the volume manager's Config.
+	Configure func(*volumemanager.Config)
+	// Driver changes the CSIDriver object of the plugin.
+	Driver func(*storagev1.CSIDriverSpec)
+	// PV changes the PersistentVolume of the claim "data".
+	PV func(*corev1.PersistentVolume)
+}
+
+// startClusterNodeWith starts a clusterNode as opts say.
+func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOptions) *clusterNode {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
@@ -54,9 +72,12 @@ func startClusterNode(t *testing.T, f *k8stest.Fixture, configure func(*volumema
 		_ = os.RemoveAll(base)
 	})
 	driver := "d" + utilrand.String(6) + ".cn.csi-volmgr.io"
+	spec := storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)}
+	if opts.Driver != nil {
+		opts.Driver(&spec)
+	}
 	if _, err := f.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: driver},
-		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)},
+		ObjectMeta: metav1.ObjectMeta{Name: driver}, Spec: spec,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +86,11 @@ func startClusterNode(t *testing.T, f *k8stest.Fixture, configure func(*volumema
 	})
 	n := &clusterNode{plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
 	n.handle = createVolume(t, n.plugin)
-	createBound(t, f, driver, n.handle, "data", "pv-"+f.Namespace)
+	var changePV []func(*corev1.PersistentVolume)
+	if opts.PV != nil {
+		changePV = append(changePV, opts.PV)
+	}
+	createBound(t, f, driver, n.handle, "data", "pv-"+f.Namespace, changePV...)
 
 	cfg := volumemanager.Config{
 		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client,
@@ -74,7 +99,9 @@ func startClusterNode(t *testing.T, f *k8stest.Fixture, configure func(*volumema
 			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
 		},
 	}
-	configure(&cfg)
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
 	if n.vm, err = volumemanager.New(ctx, cfg); err != nil {
 		cancel()
 		t.Fatal(err)

@@ -71,6 +71,8 @@ func Example_runtime() {
 	}
 	data := vm.GetMountedVolumesForPod(pod.UID)["data"]
 	fmt.Println("volume data:", data.AccessType, "read-only:", data.ReadOnly)
+	// Every container of the pod gets the groups its volumes ask for.
+	fmt.Println("extra supplemental groups:", vm.GetExtraSupplementalGroupsForPod(pod))
 	// The container writes through its mount (bind-mounted at /data).
 	_ = os.WriteFile(filepath.Join(data.HostPath, "hello"), []byte("hi"), 0o600)
 
@@ -92,6 +94,7 @@ func Example_runtime() {
 	fmt.Printf("in the driver's volume: %q\n", written)
 	// Output:
 	// volume data: Filesystem read-only: false
+	// extra supplemental groups: [2345]
 	// mounted after teardown: 0
 	// target still a mount point: false
 	// in the driver's volume: "hi"
@@ -119,6 +122,8 @@ apiVersion: v1
 kind: PersistentVolume
 metadata:
   name: pv-data
+  annotations:
+    pv.beta.kubernetes.io/gid: "2345"
 spec:
   capacity:
     storage: 1Gi

@@ -76,9 +76,10 @@ func TestPodMarkedForDeletionIsDeletedAfterItsVolumeIsTornDown(t *testing.T) {
 	})
 }
 
-// createBound creates a PV of driver/handle and a PVC bound to it, as the
-// PV controller (not running here) would leave them.
-func createBound(t *testing.T, f *k8stest.Fixture, driver, handle, pvcName, pvName string) {
+// createBound creates a PV of driver/handle (changed by changePV) and a
+// PVC bound to it, as the PV controller (not running here) would leave
+// them.
+func createBound(t *testing.T, f *k8stest.Fixture, driver, handle, pvcName, pvName string, changePV ...func(*corev1.PersistentVolume)) {
 	t.Helper()
 	ctx := t.Context()
 	size := resource.MustParse("1Gi")
@@ -93,7 +94,7 @@ func createBound(t *testing.T, f *k8stest.Fixture, driver, handle, pvcName, pvNa
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: pvName},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:    corev1.ResourceList{corev1.ResourceStorage: size},
@@ -103,7 +104,11 @@ func createBound(t *testing.T, f *k8stest.Fixture, driver, handle, pvcName, pvNa
 				Driver: driver, VolumeHandle: handle,
 			}},
 		},
-	}, metav1.CreateOptions{}); err != nil {
+	}
+	for _, change := range changePV {
+		change(pv)
+	}
+	if _, err := f.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -25,13 +25,30 @@ type MountedVolume struct {
 	// HostPath is where a filesystem volume is mounted on the host (the
 	// CSI target_path); empty for block volumes.
 	HostPath string `json:"hostPath,omitempty"`
-	// DevicePath is the device file of a block volume on the host (the
-	// CSI target_path, a bind mount of the device); empty for filesystem
-	// volumes.
+	// DevicePath is the pod's device of a block volume on the host: a
+	// symbolic link at <root>/pods/<podUID>/volumeDevices/kubernetes.io~csi/<name>
+	// to the published device (the CSI target_path), where the kubelet
+	// keeps it; expose the device it resolves to. When the actual state
+	// does not know the link (a publish reconstructed after a restart) it
+	// is the CSI target_path, the published device itself. Empty for
+	// filesystem volumes.
 	DevicePath string `json:"devicePath,omitempty"`
 	// ReadOnly says the volume was published read-only (the claim's or
 	// inline volume's readOnly): mount it read-only in every container.
 	ReadOnly bool `json:"readOnly"`
+	// SELinuxContext is the SELinux context the volume was mounted with
+	// (the context= mount option of its stage and publish): the pod's
+	// containers run with the same label, or cannot use it. Empty when it
+	// was mounted without one (no SELinux host, or a driver whose
+	// CSIDriver has no seLinuxMount): the runtime relabels or runs as
+	// it would for any other volume.
+	SELinuxContext string `json:"seLinuxContext,omitempty"`
+	// SupplementalGroup is the group the volume's PersistentVolume asks
+	// its users to have (its pv.beta.kubernetes.io/gid annotation): every
+	// container of the pod gets it as a supplemental group. Nil when none.
+	// PodVolumes.SupplementalGroups and GetExtraSupplementalGroupsForPod
+	// gather them per pod.
+	SupplementalGroup *int64 `json:"supplementalGroup,omitempty"`
 	// Driver, Handle and PVName say which volume it is; PVName is empty for
 	// CSI inline volumes.
 	Driver string `json:"driver"`
@@ -56,6 +73,12 @@ type PodVolumes struct {
 	Message string `json:"message,omitempty"`
 	// Volumes are the pod's published volumes, sorted by name.
 	Volumes []MountedVolume `json:"volumes"`
+	// SupplementalGroups are the groups the pod's published volumes ask
+	// for (their SupplementalGroup), sorted, each once: what the kubelet
+	// adds to the supplemental groups of every container of the pod. A
+	// runtime leaves out those the pod's securityContext.supplementalGroups
+	// already has, as GetExtraSupplementalGroupsForPod does.
+	SupplementalGroups []int64 `json:"supplementalGroups,omitempty"`
 }
 
 // PodVolumesState is the state of a pod's volumes.
@@ -153,16 +176,54 @@ func (vm *VolumeManager) mountedVolumes(uid types.UID) []MountedVolume {
 		mv := MountedVolume{
 			Name: use.Volume.SpecName, AccessType: use.Source.AccessType.String(), ReadOnly: use.Volume.ReadOnly,
 			Driver: use.Source.Driver, Handle: use.Source.Handle, PVName: use.Source.PVName,
+			SELinuxContext: p.Presentation.SELinuxContext,
 		}
-		if use.Source.AccessType == volume.Block {
-			mv.DevicePath = p.TargetPath
-		} else {
+		if gid := use.Source.GID; gid != nil {
+			mv.SupplementalGroup = new(*gid)
+		}
+		switch {
+		case use.Source.AccessType != volume.Block:
 			mv.HostPath = p.TargetPath
+		case p.Presentation.DevicePath != "":
+			mv.DevicePath = p.Presentation.DevicePath
+		default:
+			mv.DevicePath = p.TargetPath
 		}
 		out = append(out, mv)
 	}
 	slices.SortFunc(out, func(a, b MountedVolume) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// GetExtraSupplementalGroupsForPod returns the groups the pod's published
+// volumes ask for (MountedVolume.SupplementalGroup) that the pod's
+// securityContext.supplementalGroups does not already have, sorted: what
+// a runtime adds to the supplemental groups of each of the pod's
+// containers, as the kubelet's volume manager of the same name.
+func (vm *VolumeManager) GetExtraSupplementalGroupsForPod(pod *corev1.Pod) []int64 {
+	var own []int64
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		own = sc.SupplementalGroups
+	}
+	out := []int64{}
+	for _, g := range supplementalGroups(vm.mountedVolumes(pod.UID)) {
+		if !slices.Contains(own, g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// supplementalGroups returns the groups of vols, sorted, each once.
+func supplementalGroups(vols []MountedVolume) []int64 {
+	var out []int64
+	for _, v := range vols {
+		if v.SupplementalGroup != nil {
+			out = append(out, *v.SupplementalGroup)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ContainersStopped tells the volume manager that the pod's containers
@@ -213,6 +274,7 @@ func (vm *VolumeManager) PodVolumes(uid types.UID) (PodVolumes, bool) {
 		return PodVolumes{}, false
 	}
 	p := PodVolumes{UID: uid, Volumes: vm.mountedVolumes(uid)}
+	p.SupplementalGroups = supplementalGroups(p.Volumes)
 	switch {
 	case !desired:
 		p.State = PodVolumesTearingDown

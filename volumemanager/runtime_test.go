@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -105,7 +106,7 @@ func TestTeardownWaitsForTheRuntime(t *testing.T) {
 		t.Fatalf("pod state %+v: want Ready with volume data and its host path", state)
 	}
 	target := state.Volumes[0].HostPath
-	if got := vm.GetMountedVolumesForPod(app.UID)["data"]; got != state.Volumes[0] {
+	if got := vm.GetMountedVolumesForPod(app.UID)["data"]; !reflect.DeepEqual(got, state.Volumes[0]) {
 		t.Errorf("GetMountedVolumesForPod = %+v, the HTTP API says %+v", got, state.Volumes[0])
 	}
 	if err := os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o600); err != nil {

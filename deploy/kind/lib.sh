@@ -24,6 +24,21 @@ LOAD_IMAGES=(
 	registry.k8s.io/sig-storage/csi-provisioner:v6.4.0
 	csi-volmgr-kind/shell:bookworm
 )
+# What up.sh deploys: deploy/kind (the agent, --register-node: the virtual
+# node's pods get their volumes but nothing runs them) or deploy/kind/runtime
+# (the example runtime embedding the agent: they run).
+OVERLAY=${KIND_OVERLAY:-deploy/kind}
+case "$OVERLAY" in
+deploy/kind) RUNTIME=false ;;
+deploy/kind/runtime)
+	RUNTIME=true
+	LOAD_IMAGES+=(csi-volmgr-example-runtime:kind)
+	;;
+*)
+	echo "KIND_OVERLAY=$OVERLAY: want deploy/kind or deploy/kind/runtime" >&2
+	exit 2
+	;;
+esac
 NAMESPACE=csi-volmgr
 VIRTUAL_NODE=csi-volmgr-virtual
 # Only pods that tolerate it are scheduled to the virtual node.

@@ -2,7 +2,8 @@
 # Creates the kind cluster of deploy/kind/cluster.yaml from the node image
 # that `make kind-image` builds (unless the cluster exists), loads the
 # agent's image and the other images deploy/kind uses into it and deploys
-# deploy/kind: csi-volmgr serving the virtual node csi-volmgr-virtual, and
+# deploy/kind (or KIND_OVERLAY=deploy/kind/runtime, the example runtime
+# embedding the agent): csi-volmgr serving the virtual node csi-volmgr-virtual, and
 # the CSI test plugin with its sidecars. Returns once the virtual Node is
 # registered and the driver is published in its CSINode and in the worker's.
 #
@@ -24,19 +25,31 @@ if [[ "$IMAGE" != "$KIND_IMAGE" ]]; then
 fi
 "$KIND" load docker-image --name "$CLUSTER" "$KIND_IMAGE" "${LOAD_IMAGES[@]}"
 
-log "deploying deploy/kind"
-"$KUBECTL" kustomize deploy/kind | k apply --server-side -f -
+log "deploying $OVERLAY"
+"$KUBECTL" kustomize "$OVERLAY" | k apply --server-side -f -
 # A reloaded image under the same tag needs new pods.
 k -n "$NAMESPACE" rollout restart daemonset/csi-volmgr statefulset/csi-testplugin
 k -n "$NAMESPACE" rollout status daemonset/csi-volmgr --timeout="$TIMEOUT"
 k -n "$NAMESPACE" rollout status statefulset/csi-testplugin --timeout="$TIMEOUT"
+
+if [[ "$RUNTIME" == true ]]; then
+	# The example runtime runs whatever is bound to the virtual node, and
+	# kind's DaemonSets (kube-proxy, the CNI) tolerate every taint: keep them
+	# off virtual-kubelet nodes (label type=virtual-kubelet), as
+	# virtual-kubelet advises, instead of starting their commands there.
+	not_virtual='{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["virtual-kubelet"]}]}]}}}}}}}'
+	for ds in $(k -n kube-system get daemonsets -o name); do
+		k -n kube-system patch "$ds" --type=strategic -p "$not_virtual"
+	done
+fi
 
 log "waiting for the virtual node $VIRTUAL_NODE and its CSINode"
 wait_for "Node $VIRTUAL_NODE" 120 k get node "$VIRTUAL_NODE"
 k wait --for=condition=Ready "node/$VIRTUAL_NODE" --timeout="$TIMEOUT"
 # --register-node creates the Node without taints and without capacity:
 # taint it, so that only pods that tolerate it land there, and give it pod
-# capacity, without which the scheduler places no pod on it at all.
+# capacity, without which the scheduler places no pod on it at all. (The
+# example runtime registers both itself, the same: this changes nothing.)
 k taint node "$VIRTUAL_NODE" "$VIRTUAL_NODE_TAINT" --overwrite
 k patch node "$VIRTUAL_NODE" --subresource=status --type=merge \
 	-p "{\"status\":{\"capacity\":{\"pods\":\"$VIRTUAL_NODE_PODS\"},\"allocatable\":{\"pods\":\"$VIRTUAL_NODE_PODS\"}}}"

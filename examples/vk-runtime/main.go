@@ -12,9 +12,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,16 +38,16 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/vkubelet"
 )
 
-// Taint keeps pods off the virtual node unless they tolerate it.
-const (
-	TaintKey   = "csi-volmgr.io/example-runtime"
-	TaintValue = "true"
-)
+// DefaultTaint keeps pods off the virtual node unless they tolerate it.
+const DefaultTaint = "csi-volmgr.io/example-runtime=true:NoSchedule"
 
 type options struct {
 	kubeconfig, nodeName, rootDir, stateDir, httpEndpoint string
+	registrationDir, hostRoot, taint, internalIP          string
+	kubeletPort                                           int
 	pods                                                  int64
 	workers                                               int
+	volumeStatsPeriod                                     time.Duration
 }
 
 func main() {
@@ -60,8 +62,14 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 	flag.StringVar(&o.nodeName, "node-name", "csi-volmgr-example", "name of the virtual Node")
 	flag.StringVar(&o.rootDir, "root-dir", "/var/lib/csi-volmgr", "csi-volmgr's root directory (CSI drivers register in <root>/plugins_registry)")
+	flag.StringVar(&o.registrationDir, "registration-dir", "", "directory where CSI drivers register; empty means <root-dir>/plugins_registry")
 	flag.StringVar(&o.stateDir, "state-dir", "/run/csi-volmgr-example", "the runtime's directory: container roots and logs")
 	flag.StringVar(&o.httpEndpoint, "http-endpoint", "127.0.0.1:9809", "csi-volmgr's HTTP endpoint (metrics, status API); empty disables it")
+	flag.StringVar(&o.hostRoot, "host-root", "/", "where the system directories the containers see read-only (usr, etc, bin, lib...) come from")
+	flag.StringVar(&o.taint, "taint", DefaultTaint, "the Node's taint, key=value:Effect; empty for none")
+	flag.StringVar(&o.internalIP, "internal-ip", "127.0.0.1", "the Node's InternalIP, where the API server reaches --kubelet-port")
+	flag.IntVar(&o.kubeletPort, "kubelet-port", 0, "serve the kubelet API's /stats/summary (HTTPS, self-signed) on --internal-ip at this port, the Node's kubelet endpoint; 0 disables it")
+	flag.DurationVar(&o.volumeStatsPeriod, "volume-stats-period", 0, "how often the CSI volumes' stats are collected; 0 means csi-volmgr's default (1m)")
 	flag.Int64Var(&o.pods, "pods", 110, "pod capacity of the Node")
 	flag.IntVar(&o.workers, "workers", 10, "pods the pod controller handles at once")
 	klog.InitFlags(nil)
@@ -78,6 +86,10 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
+	nodeSpec, err := virtualNode(o)
+	if err != nil {
+		return err
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return err
@@ -99,13 +111,14 @@ func run(ctx context.Context, o options) error {
 
 	// The volume manager, embedded: the runtime says when containers stopped.
 	vm, err := volumemanager.New(klog.NewContext(ctx, logger.WithName("csi-volmgr")), volumemanager.Config{
-		NodeName: o.nodeName, RootDir: o.rootDir, KubeClient: agentClient, HTTPEndpoint: o.httpEndpoint,
-		WaitForContainersStopped: true,
+		NodeName: o.nodeName, RootDir: o.rootDir, RegistrationDir: o.registrationDir, KubeClient: agentClient,
+		HTTPEndpoint: o.httpEndpoint, WaitForContainersStopped: true,
+		Changes: volumemanager.ChangesConfig{StatsPeriod: o.volumeStatsPeriod},
 	})
 	if err != nil {
 		return err
 	}
-	procs, err := newProcessProvider(o.stateDir)
+	procs, err := newProcessProvider(o)
 	if err != nil {
 		return err
 	}
@@ -115,7 +128,6 @@ func run(ctx context.Context, o options) error {
 	}
 
 	// virtual-kubelet's node controller owns the Node and its Lease.
-	nodeSpec := virtualNode(o)
 	vkubelet.PrepareNode(nodeSpec)
 	naive := node.NewNaiveNodeProvider()
 	nc, err := node.NewNodeController(vkubelet.NewNodeProvider(naive), nodeSpec, client.CoreV1().Nodes(),
@@ -158,12 +170,18 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	go func() { errs <- vm.Run(ctx) }()
 	go func() { errs <- nc.Run(ctx) }()
 	podInformers.Start(ctx.Done())
 	others.Start(ctx.Done())
 	go func() { errs <- pc.Run(ctx, o.workers) }()
+	servers := 3
+	if o.kubeletPort > 0 {
+		// The kubelet API's stats summary, with the CSI volumes' stats.
+		servers++
+		go func() { errs <- serveKubeletAPI(ctx, o, vkubelet.WithVolumeStats(vm, procs.GetStatsSummary)) }()
+	}
 	select {
 	case <-nc.Ready():
 	case err := <-errs:
@@ -177,7 +195,7 @@ func run(ctx context.Context, o options) error {
 	<-ctx.Done()
 	// A test runtime: its processes do not outlive it.
 	procs.stopEverything(context.WithoutCancel(ctx))
-	for range 3 {
+	for range servers {
 		if err := <-errs; err != nil && ctx.Err() == nil {
 			return err
 		}
@@ -186,8 +204,20 @@ func run(ctx context.Context, o options) error {
 }
 
 // virtualNode is the Node the runtime registers: labelled as a
-// virtual-kubelet node, tainted, with a pod capacity.
-func virtualNode(o options) *corev1.Node {
+// virtual-kubelet node, tainted, with a pod capacity, its address and
+// kubelet port.
+func virtualNode(o options) (*corev1.Node, error) {
+	var taints []corev1.Taint
+	if o.taint != "" {
+		t, err := parseTaint(o.taint)
+		if err != nil {
+			return nil, err
+		}
+		taints = append(taints, t)
+	}
+	if net.ParseIP(o.internalIP) == nil {
+		return nil, fmt.Errorf("--internal-ip=%q is not an IP address", o.internalIP)
+	}
 	capacity := corev1.ResourceList{
 		corev1.ResourcePods:   *resource.NewQuantity(o.pods, resource.DecimalSI),
 		corev1.ResourceCPU:    resource.MustParse("16"),
@@ -198,13 +228,28 @@ func virtualNode(o options) *corev1.Node {
 			"type": "virtual-kubelet", "kubernetes.io/role": "agent", corev1.LabelHostname: o.nodeName,
 			corev1.LabelOSStable: "linux",
 		}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: TaintKey, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}}},
+		Spec: corev1.NodeSpec{Taints: taints},
 		Status: corev1.NodeStatus{
 			Capacity: capacity, Allocatable: capacity,
-			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "Starting"}},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: o.internalIP}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(o.kubeletPort)}},
+			Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "Starting"}},
 		},
+	}, nil
+}
+
+// parseTaint parses key[=value]:Effect, as kubectl taint writes it.
+func parseTaint(spec string) (corev1.Taint, error) {
+	kv, effect, _ := strings.Cut(spec, ":")
+	key, value, _ := strings.Cut(kv, "=")
+	t := corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)}
+	switch {
+	case key == "":
+		return t, fmt.Errorf("--taint=%q: no key", spec)
+	case t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectPreferNoSchedule && t.Effect != corev1.TaintEffectNoExecute:
+		return t, fmt.Errorf("--taint=%q: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute", spec)
 	}
+	return t, nil
 }
 
 // setReady marks the Node Ready.

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -14,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/vkubelet"
@@ -30,6 +33,12 @@ type processProvider struct {
 	self string
 	// stateDir holds a directory per pod: container roots and logs.
 	stateDir string
+	// hostRoot is where the system directories the containers see (usr,
+	// etc, bin, lib...) come from.
+	hostRoot string
+	// nodeName and started are the Node's, for the stats summary.
+	nodeName string
+	started  time.Time
 
 	// mu guards pods and notify.
 	mu     sync.Mutex
@@ -51,12 +60,15 @@ type process struct {
 	exitCode          int
 }
 
-func newProcessProvider(stateDir string) (*processProvider, error) {
+func newProcessProvider(o options) (*processProvider, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	return &processProvider{self: self, stateDir: stateDir, pods: map[types.UID]*podRun{}}, nil
+	return &processProvider{
+		self: self, stateDir: o.stateDir, hostRoot: o.hostRoot, nodeName: o.nodeName, started: time.Now(),
+		pods: map[types.UID]*podRun{},
+	}, nil
 }
 
 // NotifyPods registers the pod status callback.
@@ -67,10 +79,12 @@ func (p *processProvider) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
 }
 
 // CreatePod starts the pod's containers; the volume manager has published
-// their volumes (vkubelet.MountedVolumes).
+// their volumes (vkubelet.MountedVolumes) and says which groups they ask
+// for (vkubelet.ExtraSupplementalGroups).
 func (p *processProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	mounted, _ := vkubelet.MountedVolumes(ctx)
+	groups := vkubelet.ExtraSupplementalGroups(ctx)
 	p.mu.Lock()
 	if _, ok := p.pods[pod.UID]; ok {
 		p.mu.Unlock()
@@ -81,7 +95,7 @@ func (p *processProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error 
 	p.mu.Unlock()
 
 	for _, c := range pod.Spec.Containers {
-		proc, err := p.start(pod, &c, mounted)
+		proc, err := p.start(pod, &c, mounted, groups)
 		if err != nil {
 			logger.Error(err, "Cannot start container", "container", c.Name)
 			p.stopAll(ctx, run, 0)
@@ -90,7 +104,7 @@ func (p *processProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error 
 			p.mu.Unlock()
 			return err
 		}
-		logger.Info("Started container", "container", c.Name, "pid", proc.cmd.Process.Pid)
+		logger.Info("Started container", "container", c.Name, "pid", proc.cmd.Process.Pid, "extraGroups", groups)
 		p.mu.Lock()
 		run.procs[c.Name] = proc
 		p.mu.Unlock()
@@ -104,8 +118,10 @@ func (p *processProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error 
 	return nil
 }
 
-// start starts one container's command through the sandbox helper.
-func (p *processProvider) start(pod *corev1.Pod, c *corev1.Container, mounted map[string]volumemanager.MountedVolume) (*process, error) {
+// start starts one container's command through the sandbox helper, as
+// the user and groups its security context says, with groups (the ones
+// the pod's volumes ask for) among its supplemental groups.
+func (p *processProvider) start(pod *corev1.Pod, c *corev1.Container, mounted map[string]volumemanager.MountedVolume, groups []int64) (*process, error) {
 	if len(c.Command) == 0 {
 		return nil, errdefs.InvalidInputf("container %s: the example runtime runs command, it has no images: command is required", c.Name)
 	}
@@ -113,7 +129,8 @@ func (p *processProvider) start(pod *corev1.Pod, c *corev1.Container, mounted ma
 	if err := os.MkdirAll(filepath.Join(dir, "root"), 0o750); err != nil {
 		return nil, err
 	}
-	args := []string{sandboxCommand, "--root", filepath.Join(dir, "root")}
+	args := []string{sandboxCommand, "--root", filepath.Join(dir, "root"), "--host-root", p.hostRoot}
+	args = append(args, identityOf(pod, c, groups).args()...)
 	for _, m := range c.VolumeMounts {
 		v, ok := mounted[m.Name]
 		if !ok || v.HostPath == "" {
@@ -181,6 +198,7 @@ func (p *processProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error 
 		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
 	}
 	p.stopAll(ctx, run, grace)
+	klog.FromContext(ctx).Info("Stopped the pod's containers", "pod", klog.KObj(pod), "podUID", pod.UID)
 	_ = os.RemoveAll(filepath.Join(p.stateDir, string(pod.UID)))
 	p.report(pod.UID)
 	return nil
@@ -343,4 +361,32 @@ func (p *processProvider) forget(uid types.UID) {
 	p.mu.Lock()
 	delete(p.pods, uid)
 	p.mu.Unlock()
+}
+
+// GetStatsSummary is the stats summary of the Node and its pods, for
+// virtual-kubelet's /stats/summary: which pods and containers run since
+// when. The example runtime measures no resource use; the stats of the
+// pods' CSI volumes come from the volume manager (vkubelet.WithVolumeStats).
+func (p *processProvider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := &statsv1alpha1.Summary{Node: statsv1alpha1.NodeStats{NodeName: p.nodeName, StartTime: metav1.NewTime(p.started)}}
+	for _, run := range p.pods {
+		ps := statsv1alpha1.PodStats{
+			PodRef: statsv1alpha1.PodReference{Namespace: run.pod.Namespace, Name: run.pod.Name, UID: string(run.pod.UID)},
+		}
+		if st := run.pod.Status.StartTime; st != nil {
+			ps.StartTime = *st
+		}
+		for _, c := range run.pod.Spec.Containers {
+			if proc, ok := run.procs[c.Name]; ok {
+				ps.Containers = append(ps.Containers, statsv1alpha1.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(proc.started)})
+			}
+		}
+		s.Pods = append(s.Pods, ps)
+	}
+	slices.SortFunc(s.Pods, func(a, b statsv1alpha1.PodStats) int {
+		return strings.Compare(a.PodRef.Namespace+"/"+a.PodRef.Name, b.PodRef.Namespace+"/"+b.PodRef.Name)
+	})
+	return s, nil
 }

@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,7 +23,8 @@ import (
 const sandboxCommand = "sandbox"
 
 // hostDirs are the host directories a container sees, read-only (or the
-// symbolic links a merged-/usr host has for them).
+// symbolic links a merged-/usr host has for them), taken from the
+// runtime's --host-root.
 var hostDirs = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc"}
 
 // bind is one bind mount of a host path into the container.
@@ -63,18 +66,34 @@ func (l bindList) Set(v string) error {
 	return err
 }
 
-// runSandbox is the sandbox subcommand: sandbox --root DIR [--bind
-// SRC:DST[:ro]]... [--device SRC:DST]... -- COMMAND [ARG]... It must run as
-// root in a new mount namespace. The container's root is a tmpfs on DIR
-// with the host's system directories bound read-only, /dev, /proc, a
-// private /tmp, and every volume bound at its mountPath (every block volume
-// at its devicePath); then it changes root into it and execs COMMAND.
+// runSandbox is the sandbox subcommand: sandbox --root DIR [--host-root
+// DIR] [--bind SRC:DST[:ro]]... [--device SRC:DST]... [--uid N] [--gid N]
+// [--groups N,...] -- COMMAND [ARG]... It must run as root in a new mount
+// namespace. The container's root is a tmpfs on DIR with the system
+// directories of --host-root bound read-only, /dev, /proc, a private /tmp,
+// and every volume bound at its mountPath (every block volume at its
+// devicePath); then it changes root into it, takes the container's user,
+// group and supplemental groups and execs COMMAND.
 func runSandbox(args []string) error {
 	fs := flag.NewFlagSet(sandboxCommand, flag.ContinueOnError)
 	root := fs.String("root", "", "directory the container's root is built on")
+	hostRoot := fs.String("host-root", "/", "directory whose system directories (usr, etc, bin, lib...) the container sees")
 	var binds []bind
 	fs.Var(bindList{binds: &binds}, "bind", "HOSTPATH:MOUNTPATH[:ro], repeatable")
 	fs.Var(bindList{binds: &binds, device: true}, "device", "HOSTDEVICE:DEVICEPATH, repeatable")
+	var id identity
+	fs.Func("uid", "user ID the command runs as", intFlag(&id.uid))
+	fs.Func("gid", "group ID the command runs as", intFlag(&id.gid))
+	fs.Func("groups", "supplemental group IDs, comma-separated", func(v string) error {
+		for g := range strings.SplitSeq(v, ",") {
+			var n int64
+			if err := intFlag(&n)(g); err != nil {
+				return err
+			}
+			id.groups = append(id.groups, n)
+		}
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +101,7 @@ func runSandbox(args []string) error {
 	if *root == "" || len(command) == 0 {
 		return errors.New("sandbox: --root and a command are required")
 	}
-	if err := buildRoot(*root, binds); err != nil {
+	if err := buildRoot(*root, *hostRoot, binds); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	if err := unix.Chroot(*root); err != nil {
@@ -98,11 +117,46 @@ func runSandbox(args []string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	if err := id.take(); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
 	return syscall.Exec(path, command, os.Environ())
 }
 
-// buildRoot builds the container's root file system on root.
-func buildRoot(root string, binds []bind) error {
+// intFlag parses a non-negative ID into p.
+func intFlag(p *int64) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > math.MaxUint32-1 {
+			return fmt.Errorf("%q is not a user or group ID", v)
+		}
+		*p = n
+		return nil
+	}
+}
+
+// take makes the process (every thread of it: the syscall package's
+// set*id calls reach them all) run as id, dropping root last.
+func (id identity) take() error {
+	groups := make([]int, len(id.groups))
+	for i, g := range id.groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups %v: %w", id.groups, err)
+	}
+	if err := syscall.Setgid(int(id.gid)); err != nil {
+		return fmt.Errorf("setgid %d: %w", id.gid, err)
+	}
+	if err := syscall.Setuid(int(id.uid)); err != nil {
+		return fmt.Errorf("setuid %d: %w", id.uid, err)
+	}
+	return nil
+}
+
+// buildRoot builds the container's root file system on root, with the
+// system directories of hostRoot.
+func buildRoot(root, hostRoot string, binds []bind) error {
 	// Nothing mounted here propagates to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
@@ -111,7 +165,7 @@ func buildRoot(root string, binds []bind) error {
 		return fmt.Errorf("mounting the root tmpfs: %w", err)
 	}
 	for _, d := range hostDirs {
-		src, dst := "/"+d, filepath.Join(root, d)
+		src, dst := filepath.Join(hostRoot, d), filepath.Join(root, d)
 		fi, err := os.Lstat(src)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):

@@ -60,10 +60,13 @@ type cluster struct {
 	runtime    *process.Process
 	// agentHTTP is the embedded csi-volmgr's HTTP endpoint.
 	agentHTTP string
+	// kubeletAPI is the runtime's kubelet endpoint (HTTPS, /stats/summary).
+	kubeletAPI string
 }
 
-// startCluster starts everything and waits until the virtual Node is Ready.
-func startCluster(t testing.TB) *cluster {
+// startCluster starts everything and waits until the virtual Node is
+// Ready; runtimeArgs are more flags of the example runtime.
+func startCluster(t testing.TB, runtimeArgs ...string) *cluster {
 	t.Helper()
 	env, err := k8stest.Start(k8stest.Options{})
 	if err != nil {
@@ -133,9 +136,9 @@ func startCluster(t testing.TB) *cluster {
 	// The plugins start before the runtime: they are there when its
 	// agent looks at the registration directory.
 	c.attach = plugintest.Start(t, plugintest.Options{Name: attachDriver, RegistrationDir: regDir,
-		Capabilities: &plugin.Capabilities{StageUnstage: true, ControllerPublish: true}, Verbosity: 2})
+		Capabilities: &plugin.Capabilities{StageUnstage: true, ControllerPublish: true, VolumeStats: true}, Verbosity: 2})
 	c.noAttach = plugintest.Start(t, plugintest.Options{Name: noAttachDriver, RegistrationDir: regDir,
-		Capabilities: &plugin.Capabilities{StageUnstage: true}, Verbosity: 2})
+		Capabilities: &plugin.Capabilities{StageUnstage: true, VolumeStats: true}, Verbosity: 2})
 	startProc(t, dir, "csi-attacher", filepath.Join(bins, "csi-attacher"),
 		"--csi-address="+c.attach.Endpoint, "--kubeconfig="+c.kubeconfig, "--leader-election=false",
 		"--timeout=30s", "--worker-threads=20", "--kube-api-qps=100", "--kube-api-burst=200")
@@ -145,9 +148,12 @@ func startCluster(t testing.TB) *cluster {
 		t.Fatal(err)
 	}
 	c.agentHTTP = "127.0.0.1:" + freePort(t)
-	c.runtime = startProc(t, dir, "example-runtime", rt,
-		"--kubeconfig="+c.kubeconfig, "--node-name="+c.node, "--root-dir="+root, "--state-dir="+state,
-		"--http-endpoint="+c.agentHTTP, "--workers=20")
+	kubeletPort := freePort(t)
+	c.kubeletAPI = "127.0.0.1:" + kubeletPort
+	c.runtime = startProc(t, dir, "example-runtime", rt, append([]string{
+		"--kubeconfig=" + c.kubeconfig, "--node-name=" + c.node, "--root-dir=" + root, "--state-dir=" + state,
+		"--http-endpoint=" + c.agentHTTP, "--workers=20", "--kubelet-port=" + kubeletPort,
+	}, runtimeArgs...)...)
 	c.waitFor("the virtual Node to be Ready", func(ctx context.Context) (bool, error) {
 		n, err := c.client.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
 		if err != nil {

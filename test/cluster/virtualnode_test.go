@@ -4,6 +4,7 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,12 +12,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
@@ -33,12 +37,14 @@ import (
 // external-attacher calls ControllerPublishVolume and marks them
 // attached; the agent stages and publishes; the example runtime runs the
 // container, which writes through its mounts and through the device of a
-// block volume. Deleting the pod stops the
+// block volume, and runs with the group one PV asks for
+// (pv.beta.kubernetes.io/gid) among its supplemental groups; the runtime's
+// /stats/summary carries the CSI volumes' stats. Deleting the pod stops the
 // process before anything is unpublished, then unpublishes and unstages,
 // and each VolumeAttachment goes only after the Node stopped listing its
 // volume.
 func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, "--volume-stats-period=1s")
 	tl := watchTimeline(t, c.client, c.namespace, c.node)
 	ctx := t.Context()
 
@@ -51,12 +57,20 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	for _, pv := range []string{"pv-data", "pv-scratch", "pv-raw"} {
 		tl.track(pv, corev1.UniqueVolumeName(volume.PersistentName(attachDriver, handles[pv])))
 	}
+	// The containers of pods using pv-data get this group (the kubelet's
+	// GetExtraSupplementalGroupsForPod); the pod has one of its own.
+	const volumeGroup, podGroup = 2345, 1234
+	if _, err := c.client.CoreV1().PersistentVolumes().Patch(ctx, "pv-data", types.MergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"annotations":{"pv.beta.kubernetes.io/gid":"%d"}}}`, volumeGroup), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	c.claim("data", "")
 	c.claim("shared", "")
 	c.claim("raw", "", corev1.PersistentVolumeBlock)
-	pod := c.pod("app", "for d in data shared scratch; do echo hello > /$d/hello || exit 1; done; "+
+	pod := c.pod("app", "id -G > /data/groups || exit 1; for d in data shared scratch; do echo hello > /$d/hello || exit 1; done; "+
 		"printf 'hello from a block device' | dd of=/dev/xvdr conv=notrunc 2>/dev/null || exit 1; exec sleep 3600",
 		claimVolume("data", "data"), claimVolume("shared", "shared"), ephemeralVolume("scratch", staticClass))
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{podGroup}}
 	// The block volume is a device of the container, not a mount.
 	pod.Spec.Volumes = append(pod.Spec.Volumes, claimVolume("raw", "raw"))
 	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "raw", DevicePath: "/dev/xvdr"}}
@@ -130,17 +144,57 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 		}
 		return false, nil
 	})
-	// The agent's status API names the pod and its published paths.
+	// The container runs with its pod's group and its volume's.
+	groups := strings.Fields(string(readVolumeFile(t, c.attach, handles["pv-data"], "groups")))
+	for _, g := range []int64{podGroup, volumeGroup} {
+		if !slices.Contains(groups, strconv.FormatInt(g, 10)) {
+			t.Errorf("the container's groups (id -G) are %v: want %d among them", groups, g)
+		}
+	}
+	// The agent's status API names the pod and its published paths, and
+	// the group of pv-data.
 	var state volumemanager.PodVolumes
 	getJSON(t, "http://"+c.agentHTTP+"/api/v1/pods/"+c.namespace+"/app", &state)
 	if state.UID != created.UID || state.State != volumemanager.PodVolumesReady || len(state.Volumes) != 4 {
 		t.Errorf("agent's pod status %+v: want Ready with 4 volumes", state)
 	}
+	if !slices.Equal(state.SupplementalGroups, []int64{volumeGroup}) {
+		t.Errorf("agent's pod status supplementalGroups %v, want [%d]", state.SupplementalGroups, volumeGroup)
+	}
 	for _, v := range state.Volumes {
 		if (v.Name == "raw") != (v.DevicePath != "" && v.HostPath == "") {
 			t.Errorf("volume %+v: want a device path for the block volume raw, a host path for the others", v)
 		}
+		if v.Name == "raw" {
+			// The pod's device, where the kubelet keeps it: a link to the
+			// published device.
+			link, err := os.Lstat(v.DevicePath)
+			dev, statErr := os.Stat(v.DevicePath)
+			if !strings.Contains(v.DevicePath, "/pods/"+string(created.UID)+"/volumeDevices/kubernetes.io~csi/") ||
+				err != nil || link.Mode()&os.ModeSymlink == 0 || statErr != nil || dev.Mode()&os.ModeDevice == 0 {
+				t.Errorf("block volume raw at %s (%v, %v): want a link below <root>/pods/<uid>/volumeDevices/kubernetes.io~csi/ to a device", v.DevicePath, err, statErr)
+			}
+		}
+		if (v.Name == "data") != (v.SupplementalGroup != nil && *v.SupplementalGroup == volumeGroup) {
+			t.Errorf("volume %+v: want supplementalGroup %d for data only", v, volumeGroup)
+		}
 	}
+	// The runtime's /stats/summary: the CSI volumes' stats, by the pod's
+	// names for them, with their claims.
+	claims := map[string]string{"data": "data", "shared": "shared", "scratch": "app-scratch"}
+	c.waitFor("the volumes' stats in the runtime's /stats/summary", func(ctx context.Context) (bool, error) {
+		vols := podVolumeStats(ctx, t, c.kubeletAPI, created.UID)
+		for name, claim := range claims {
+			v, ok := vols[name]
+			if !ok {
+				return false, nil
+			}
+			if v.CapacityBytes == nil || *v.CapacityBytes == 0 || v.PVCRef == nil || v.PVCRef.Name != claim {
+				return false, fmt.Errorf("volume %s in /stats/summary: %+v, want its capacity and claim %s", name, v, claim)
+			}
+		}
+		return true, nil
+	})
 	_, vols := tl.snapshot()
 	for _, pv := range []string{"pv-data", "pv-scratch", "pv-raw"} {
 		if vols[pv].attached.IsZero() {
@@ -282,4 +336,56 @@ func getJSON(t *testing.T, url string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readVolumeFile returns the content of name in the volume handle of p.
+func readVolumeFile(t *testing.T, p *plugintest.Plugin, handle, name string) []byte {
+	t.Helper()
+	vols, err := p.Volumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols {
+		if v.ID == handle {
+			data, err := os.ReadFile(filepath.Join(v.Path, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data
+		}
+	}
+	t.Fatalf("no volume %s in plugin %s", handle, p.Name)
+	return nil
+}
+
+// podVolumeStats returns the volume stats of pod uid in the stats summary
+// of the kubelet API at addr (self-signed HTTPS), by volume name.
+func podVolumeStats(ctx context.Context, t *testing.T, addr string, uid types.UID) map[string]statsv1alpha1.VolumeStats {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the example runtime's self-signed certificate
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/stats/summary", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /stats/summary: %s", resp.Status)
+	}
+	var summary statsv1alpha1.Summary
+	if err := json.NewDecoder(resp.Body).Decode(&summary); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]statsv1alpha1.VolumeStats{}
+	for _, p := range summary.Pods {
+		if p.PodRef.UID == string(uid) {
+			for _, v := range p.VolumeStats {
+				out[v.Name] = v
+			}
+		}
+	}
+	return out
 }

@@ -4,11 +4,15 @@
 //
 // NewPodHandler wraps any provider's node.PodLifecycleHandler: CreatePod
 // waits until the pod's volumes are published and passes their host paths
-// and devices on (MountedVolumes of the context); DeletePod stops the
+// and devices, SELinux contexts and groups on (MountedVolumes and
+// ExtraSupplementalGroups of the context); DeletePod stops the
 // containers first (the provider's DeletePod), then tells the volume
 // manager they stopped, waits until the volumes are unpublished, and only
 // then lets the pod's terminal status through, after which the pod
 // controller deletes the pod from the API server — the kubelet's order.
+//
+// WithVolumeStats (or FillVolumeStats) adds the stats of the pods' CSI
+// volumes to the stats summary the provider serves at /stats/summary.
 //
 // virtual-kubelet's NodeController owns the Node. NewNodeProvider and
 // PrepareNode keep the Node it writes fit for CSI: it carries the

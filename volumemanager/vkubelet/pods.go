@@ -28,6 +28,7 @@ const DefaultMountTimeout = 2 * time.Minute
 type VolumeManager interface {
 	WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod) error
 	GetMountedVolumesForPod(uid types.UID) map[string]volumemanager.MountedVolume
+	GetExtraSupplementalGroupsForPod(pod *corev1.Pod) []int64
 	ContainersStopped(uid types.UID)
 	WaitForUnmount(ctx context.Context, pod *corev1.Pod) error
 	PodVolumes(uid types.UID) (volumemanager.PodVolumes, bool)
@@ -53,11 +54,29 @@ type Config struct {
 
 type mountedKey struct{}
 
+// mounted is what CreatePod of a wrapped provider receives in its context.
+type mounted struct {
+	volumes map[string]volumemanager.MountedVolume
+	groups  []int64
+}
+
 // MountedVolumes returns the pod's published volumes by the pod's name for
-// them, as CreatePod of a wrapped provider receives them in its context.
+// them, as CreatePod of a wrapped provider receives them in its context:
+// host path or device, read-only, the SELinux context each was mounted
+// with and the group its PersistentVolume asks for.
 func MountedVolumes(ctx context.Context) (map[string]volumemanager.MountedVolume, bool) {
-	v, ok := ctx.Value(mountedKey{}).(map[string]volumemanager.MountedVolume)
-	return v, ok
+	m, ok := ctx.Value(mountedKey{}).(mounted)
+	return m.volumes, ok
+}
+
+// ExtraSupplementalGroups returns the groups that CreatePod of a wrapped
+// provider adds to the supplemental groups of every container of the pod
+// (after the pod's securityContext.supplementalGroups and fsGroup): those
+// its volumes ask for and the pod does not already have, as the kubelet
+// adds them (GetExtraSupplementalGroupsForPod).
+func ExtraSupplementalGroups(ctx context.Context) []int64 {
+	m, _ := ctx.Value(mountedKey{}).(mounted)
+	return m.groups
 }
 
 // NewPodHandler wraps provider so that its pods get their CSI volumes; see
@@ -110,8 +129,8 @@ func (h *podHandler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := h.cfg.Volumes.WaitForAttachAndMount(wctx, pod); err != nil {
 		return fmt.Errorf("unmounted volumes: %w", err)
 	}
-	mounted := h.cfg.Volumes.GetMountedVolumesForPod(pod.UID)
-	return h.PodLifecycleHandler.CreatePod(context.WithValue(ctx, mountedKey{}, mounted), pod)
+	m := mounted{volumes: h.cfg.Volumes.GetMountedVolumesForPod(pod.UID), groups: h.cfg.Volumes.GetExtraSupplementalGroupsForPod(pod)}
+	return h.PodLifecycleHandler.CreatePod(context.WithValue(ctx, mountedKey{}, m), pod)
 }
 
 // DeletePod stops the pod's containers (the provider's DeletePod), tells

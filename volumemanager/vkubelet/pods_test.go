@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
@@ -56,7 +57,19 @@ func (f *fakeVolumes) WaitForAttachAndMount(ctx context.Context, pod *corev1.Pod
 }
 
 func (f *fakeVolumes) GetMountedVolumesForPod(types.UID) map[string]volumemanager.MountedVolume {
-	return map[string]volumemanager.MountedVolume{"data": {Name: "data", HostPath: "/host/data"}}
+	return map[string]volumemanager.MountedVolume{"data": {
+		Name: "data", HostPath: "/host/data", SELinuxContext: dataContext, SupplementalGroup: ptr.To[int64](dataGroup),
+	}}
+}
+
+// The SELinux context and the group of the fake's volume data.
+const (
+	dataContext = "system_u:object_r:container_file_t:s0:c1,c2"
+	dataGroup   = 2345
+)
+
+func (f *fakeVolumes) GetExtraSupplementalGroupsForPod(*corev1.Pod) []int64 {
+	return []int64{dataGroup}
 }
 
 func (f *fakeVolumes) ContainersStopped(types.UID) { f.steps.add("containers stopped") }
@@ -82,10 +95,12 @@ type fakeProvider struct {
 	steps   *steps
 	notify  func(*corev1.Pod)
 	volumes map[string]volumemanager.MountedVolume
+	groups  []int64
 }
 
 func (p *fakeProvider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.volumes, _ = vkubelet.MountedVolumes(ctx)
+	p.groups = vkubelet.ExtraSupplementalGroups(ctx)
 	p.steps.add("provider create")
 	running := pod.DeepCopy()
 	running.Status.Phase = corev1.PodRunning
@@ -137,8 +152,12 @@ func TestPodHandlerOrdersTheRuntimeAndTheVolumes(t *testing.T) {
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
-	if prov.volumes["data"].HostPath != "/host/data" {
-		t.Errorf("the provider's CreatePod got volumes %v, want data at /host/data", prov.volumes)
+	if data := prov.volumes["data"]; data.HostPath != "/host/data" || data.SELinuxContext != dataContext ||
+		data.SupplementalGroup == nil || *data.SupplementalGroup != dataGroup {
+		t.Errorf("the provider's CreatePod got volumes %+v, want data at /host/data with context %s and group %d", prov.volumes, dataContext, dataGroup)
+	}
+	if !slices.Equal(prov.groups, []int64{dataGroup}) {
+		t.Errorf("the provider's CreatePod got extra supplemental groups %v, want [%d]", prov.groups, dataGroup)
 	}
 	if p := <-reported; !hasVolumesReady(p) {
 		t.Errorf("running status conditions %v: want %s=True (the pod controller replaces the whole status)", p.Status.Conditions, status.ConditionVolumesReady)

@@ -376,7 +376,6 @@ server_tarball() {
 	for c in kube-controller-manager kube-scheduler kube-proxy; do
 		archive "$bin/$c.tar" "registry.k8s.io/$c-$ARCH:$v"
 	done
-	SERVER_TARBALL=$OUT/kubernetes-server-linux-$ARCH.tar.gz
 	tar -C "$dir" -czf "$SERVER_TARBALL" kubernetes
 	rm -rf "$dir"
 }
@@ -402,11 +401,21 @@ node_image() {
 		log "$KIND_NODE_IMAGE is up to date"
 		return
 	fi
+	# The tarball, its staging and kind's extraction of it (a few GB) go
+	# whatever happens; a build that is killed leaves them to the next.
+	# kind's tarball builder extracts into $TMPDIR/k8s-tar-extract-* and
+	# never removes it, on success as on failure (1.2 GB a build): it gets a
+	# directory of its own.
+	local kind_tmp=$OUT/stage/kind-tmp
+	SERVER_TARBALL=$OUT/kubernetes-server-linux-$ARCH.tar.gz
+	rm -rf "$kind_tmp"
+	mkdir -p "$kind_tmp"
+	# shellcheck disable=SC2064 # expanded now, on purpose
+	trap "rm -rf '$kind_tmp' '$SERVER_TARBALL' '$OUT/stage/server' '$OUT/stage/archive'" EXIT
 	server_tarball
 	log "kind build node-image --type file (kind $KIND_VERSION) -> $KIND_NODE_IMAGE"
-	"$KIND_BIN" build node-image --type file --arch "$ARCH" --base-image "$BASE_IMAGE" \
+	TMPDIR=$kind_tmp "$KIND_BIN" build node-image --type file --arch "$ARCH" --base-image "$BASE_IMAGE" \
 		--image "$KIND_NODE_IMAGE" "$SERVER_TARBALL"
-	rm -f "$SERVER_TARBALL"
 	echo "$KIND_NODE_IMAGE $key" >"$OUT/node-image.key"
 }
 
