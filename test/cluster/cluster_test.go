@@ -109,9 +109,17 @@ func startCluster(t testing.TB, runtimeArgs ...string) *cluster {
 		t.Fatal(err)
 	}
 	for name, attach := range map[string]bool{attachDriver: true, noAttachDriver: false} {
+		spec := storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach)}
+		if !attach {
+			// The driver without attach serves CSI inline volumes too
+			// (podInfoOnMount: the plugin learns from the volume context
+			// that a publish is of an inline volume).
+			spec.PodInfoOnMount = ptr.To(true)
+			spec.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{
+				storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}
+		}
 		if _, err := c.client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(attach)},
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec,
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -276,6 +284,11 @@ func (c *cluster) pod(name string, command string, volumes ...corev1.Volume) *co
 
 func claimVolume(name, claim string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+// inlineVolume is a CSI inline (ephemeral) volume of driver.
+func inlineVolume(name, driver string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: driver}}}
 }
 
 func ephemeralVolume(name, class string) corev1.Volume {

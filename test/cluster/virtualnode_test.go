@@ -32,7 +32,9 @@ import (
 // control plane: the scheduler binds a pod to the virtual node (taint,
 // toleration, capacity); the PV controller binds its pre-created PVs and
 // the ephemeral-volume controller creates the claim of its generic
-// ephemeral volume; the attach/detach controller creates the
+// ephemeral volume, and the pod has a CSI inline volume too (the plugin
+// makes it at its first publish and deletes it at its last unpublish); the
+// attach/detach controller creates the
 // VolumeAttachments once the Node lists the volumes in use, the
 // external-attacher calls ControllerPublishVolume and marks them
 // attached; the agent stages and publishes; the example runtime runs the
@@ -67,9 +69,10 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	c.claim("data", "")
 	c.claim("shared", "")
 	c.claim("raw", "", corev1.PersistentVolumeBlock)
-	pod := c.pod("app", "id -G > /data/groups || exit 1; for d in data shared scratch; do echo hello > /$d/hello || exit 1; done; "+
+	pod := c.pod("app", "id -G > /data/groups || exit 1; for d in data shared scratch inline; do echo hello > /$d/hello || exit 1; done; "+
 		"printf 'hello from a block device' | dd of=/dev/xvdr conv=notrunc 2>/dev/null || exit 1; exec sleep 3600",
-		claimVolume("data", "data"), claimVolume("shared", "shared"), ephemeralVolume("scratch", staticClass))
+		claimVolume("data", "data"), claimVolume("shared", "shared"), ephemeralVolume("scratch", staticClass),
+		inlineVolume("inline", noAttachDriver))
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{podGroup}}
 	// The block volume is a device of the container, not a mount.
 	pod.Spec.Volumes = append(pod.Spec.Volumes, claimVolume("raw", "raw"))
@@ -124,6 +127,23 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 			return false, nil
 		})
 	}
+	// The CSI inline volume: made by its first publish, written through.
+	c.waitFor("hello in the CSI inline volume", func(context.Context) (bool, error) {
+		vols, err := c.noAttach.Volumes()
+		if err != nil {
+			return false, err
+		}
+		for _, v := range vols {
+			if v.Ephemeral {
+				data, err := os.ReadFile(filepath.Join(v.Path, "hello"))
+				if err == nil && string(data) == "hello\n" {
+					handles["inline"] = v.ID
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
 	// The container wrote through its device into the block volume's image.
 	c.waitFor("the block volume written", func(context.Context) (bool, error) {
 		vols, err := c.attach.Volumes()
@@ -155,8 +175,8 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	// the group of pv-data.
 	var state volumemanager.PodVolumes
 	getJSON(t, "http://"+c.agentHTTP+"/api/v1/pods/"+c.namespace+"/app", &state)
-	if state.UID != created.UID || state.State != volumemanager.PodVolumesReady || len(state.Volumes) != 4 {
-		t.Errorf("agent's pod status %+v: want Ready with 4 volumes", state)
+	if state.UID != created.UID || state.State != volumemanager.PodVolumesReady || len(state.Volumes) != 5 {
+		t.Errorf("agent's pod status %+v: want Ready with 5 volumes", state)
 	}
 	if !slices.Equal(state.SupplementalGroups, []int64{volumeGroup}) {
 		t.Errorf("agent's pod status supplementalGroups %v, want [%d]", state.SupplementalGroups, volumeGroup)
@@ -236,7 +256,8 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 				return false, err
 			}
 			for _, v := range vols {
-				if v.Staged != nil || len(v.Published) > 0 || len(v.Attachments) > 0 {
+				// The inline volume is deleted by its last unpublish.
+				if v.Staged != nil || len(v.Published) > 0 || len(v.Attachments) > 0 || v.Ephemeral {
 					return false, nil
 				}
 			}
