@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -255,4 +256,69 @@ func serverWatches(ctx context.Context, t testing.TB, client kubernetes.Interfac
 		out[res] += int(v)
 	}
 	return out
+}
+
+// TestNotSettledUntilThePodCacheCaughtUpAfterAnOutage is a chaos run's
+// finding (seed 17016, 32 minutes in): a pod created right after an API
+// server outage reached the agent's pod cache only 7 s later, when the
+// informer's backoff let it watch and list again; meanwhile the desired
+// state looked settled and a volume only the new pod wanted was unstaged
+// under it. The populator is settled only when the pod cache holds every
+// pod the API server has on the node: whenever it says settled, the pod
+// created after the outage is in the cache.
+func TestNotSettledUntilThePodCacheCaughtUpAfterAnOutage(t *testing.T) {
+	env, err := k8stest.Start(k8stest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := testContext(t)
+	a := apiObjects{client: env.Client, namespace: "outage", node: k8stest.UniqueName(t.Name())}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.pod(ctx, t, "old")
+	s := startStack(ctx, t, env.Client, stackOptions{node: a.node})
+	eventually(ctx, t, "settled at start", s.pop.Settled)
+
+	// An outage long enough that the informer's backoff outlasts it: the
+	// window this test is about. Tried up to three times, in case the
+	// informer caught up before the first look.
+	for attempt := 1; ; attempt++ {
+		if err := env.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(ctx, t, "not settled while the API server is down", func() bool { return !s.pop.Settled() })
+		time.Sleep(5 * time.Second) // the outage
+		if err := env.StartAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		created := a.pod(ctx, t, fmt.Sprintf("new-%d", attempt))
+		var samples, behind int
+		eventually(ctx, t, "settled again", func() bool {
+			samples++
+			_, cached := s.src.Pod(created.UID)
+			if !cached {
+				behind++
+			}
+			if !s.pop.Settled() {
+				return false
+			}
+			if _, cached := s.src.Pod(created.UID); !cached {
+				t.Fatalf("settled while the pod created after the outage is not in the cache (sample %d)", samples)
+			}
+			return true
+		})
+		t.Logf("attempt %d: the cache lacked the new pod in %d of %d samples", attempt, behind, samples)
+		if behind > 0 {
+			return
+		}
+		if attempt == 3 {
+			t.Fatal("the pod cache never lagged behind after an outage: the window under test did not occur")
+		}
+	}
 }

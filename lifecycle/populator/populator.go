@@ -224,14 +224,20 @@ func (p *Populator) Synced() <-chan struct{} { return p.synced }
 // reconciler waits.
 //
 // It is also false while the Source has a pod whose event has not reached
-// the populator yet: after a relist, the deletion of an old pod of a volume
+// the populator yet (after a relist, the deletion of an old pod of a volume
 // and the creation of a new one arrive one after the other, and between
-// the two the volume would look unwanted.
+// the two the volume would look unwanted), and while the Source's pod cache
+// lacks a pod the API server has (a broken watch). That last check asks the
+// API server, so Settled is for decisions that are rare and must be right:
+// the reconciler asks it right before it unstages a volume.
 func (p *Populator) Settled() bool {
 	p.mu.Lock()
 	unresolved := len(p.unresolved)
 	p.mu.Unlock()
 	if unresolved > 0 {
+		return false
+	}
+	if c, ok := p.cfg.Source.(currentPods); ok && !c.PodsCurrent(context.Background()) {
 		return false
 	}
 	pods := p.cfg.Source.Pods()
@@ -243,6 +249,14 @@ func (p *Populator) Settled() bool {
 		}
 	}
 	return len(p.unresolved) == 0
+}
+
+// currentPods is implemented by a Source whose pod cache can fall behind
+// the API server (*source.Source: a broken watch).
+type currentPods interface {
+	// PodsCurrent tells whether the cache has every pod of the node, as
+	// the API server says now.
+	PodsCurrent(ctx context.Context) bool
 }
 
 // podChanged enqueues a pod and notes when it was first seen.

@@ -68,6 +68,8 @@ type Source struct {
 	cfg      Config
 	logger   klog.Logger
 	podsReg  cache.ResourceEventHandlerRegistration
+	// fresh says whether the pod cache may be missing pods (podsfresh.go).
+	fresh *podsFreshness
 	podInf   cache.SharedIndexInformer
 	podF     informers.SharedInformerFactory
 	clusterF informers.SharedInformerFactory // nil in by-name mode
@@ -117,6 +119,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		users:    make(map[refKey]map[types.UID]struct{}),
 		podNames: make(map[cache.ObjectName]types.UID),
 		podKeys:  make(map[types.UID]cache.ObjectName),
+		fresh:    &podsFreshness{},
 	}
 	if err := s.setupPods(); err != nil {
 		return nil, err
