@@ -65,11 +65,11 @@ func (c Config) Validate() error {
 // pods referencing it. A just-referenced object reads as ErrNotSynced until
 // its watch has listed it, and its referencing pods are notified then.
 type Source struct {
-	cfg      Config
-	logger   klog.Logger
-	podsReg  cache.ResourceEventHandlerRegistration
+	cfg     Config
+	logger  klog.Logger
+	podsReg cache.ResourceEventHandlerRegistration
 	// fresh says whether the pod cache may be missing pods (podsfresh.go).
-	fresh *podsFreshness
+	fresh    *podsFreshness
 	podInf   cache.SharedIndexInformer
 	podF     informers.SharedInformerFactory
 	clusterF informers.SharedInformerFactory // nil in by-name mode
