@@ -120,14 +120,18 @@ func (c *byNameCache) unwatch(key cache.ObjectName) {
 // is unwatched or it settles. seed, when not nil, is the object as a read
 // just returned it: the reflector's first list, so that it is not read
 // twice.
-func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, item *watchItem, seed runtime.Object) {
+// startLocked starts key's reflector. seed, when set, is its first list;
+// missing says that a GET just found no object, so the first list is a LIST
+// at once (its resourceVersion is where the watch for the object's creation
+// starts) rather than another GET.
+func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, item *watchItem, seed runtime.Object, missing bool) {
 	// Routine reflector lines (started, listing, caches populated, and
 	// client-go's note that watch-list is off) are per object here: two
 	// levels deeper than the reflectors of informers. Errors are not
 	// affected by the level.
 	logger := klog.FromContext(ctx).V(2)
 	reflector := cache.NewReflectorWithOptions(
-		&byNameListWatch{key: key, funcs: c.lw, seed: seed},
+		&byNameListWatch{key: key, funcs: c.lw, seed: seed, listed: seed == nil && missing},
 		c.expected,
 		storeGeneration{s: item.store, gen: item.store.newGeneration()},
 		cache.ReflectorOptions{
@@ -169,8 +173,9 @@ type byNameListWatch struct {
 	funcs listWatchFuncs
 	// seed, when set, answers the first list instead of a GET.
 	seed runtime.Object
-	// listed is set after the first successful list; only the reflector's
-	// goroutine uses it.
+	// listed is set after the first successful list, or from the start
+	// when a GET just found no object (every list is then a LIST); only
+	// the reflector's goroutine uses it.
 	listed bool
 }
 

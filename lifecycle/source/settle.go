@@ -106,7 +106,7 @@ func (c *byNameCache) firstRead(ctx context.Context, key cache.ObjectName, obj r
 		if err == nil {
 			seed = obj
 		}
-		c.startLocked(ctx, key, item, seed)
+		c.startLocked(ctx, key, item, seed, apierrors.IsNotFound(err))
 		c.mu.Unlock()
 		return
 	}
@@ -178,6 +178,6 @@ func (c *byNameCache) reread(ctx context.Context, key cache.ObjectName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.items[key] == item && item.cancel == nil && ctx.Err() == nil {
-		c.startLocked(ctx, key, item, obj)
+		c.startLocked(ctx, key, item, obj, obj == nil)
 	}
 }
