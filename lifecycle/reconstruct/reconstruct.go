@@ -125,6 +125,14 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 			res.Failed = append(res.Failed, err)
 		}
 	}
+	emptyPods, err := removeEmptyPodDirs(layout.PodsDir(), mounts)
+	if err != nil {
+		logger.Error(err, "Cannot scan the pod directories for empty ones; leaving them alone")
+	}
+	for _, dir := range emptyPods {
+		logger.Info("Removed a pod directory an interrupted teardown left empty", "dir", dir)
+		res.Removed++
+	}
 	logger.Info("Reconstructed actual state", "staged", res.Staged, "stagedIntact", res.ProvenStaged,
 		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed), "removed", res.Removed)
 	return res, nil

@@ -210,3 +210,54 @@ func TestLeftoversOfInterruptedStepsAreRemoved(t *testing.T) {
 		t.Errorf("Removed %d, Failed %v; want %d removed and %d failed", res.Removed, res.Failed, len(gone), len(kept))
 	}
 }
+
+// TestEmptyPodDirectoriesAreRemoved is a chaos run's finding (seed 17016,
+// make chaos' last check: "pods/<uid> is left in the root"): an agent
+// killed while it pruned a pod's last volume directory left
+// pods/<uid>/volumes/kubernetes.io~csi with nothing in it, which no scan
+// finds as a volume. A pod directory that holds nothing but empty
+// directories is removed at start; one with a file, or with a mount point
+// anywhere below it, is left whole, and nothing inside a mount is touched.
+func TestEmptyPodDirectoriesAreRemoved(t *testing.T) {
+	f := newFixture(t)
+	pods := f.layout.PodsDir()
+	mkdir := func(parts ...string) string {
+		t.Helper()
+		dir := filepath.Join(append([]string{pods}, parts...)...)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	skeleton := mkdir("uid-skeleton", "volumes", "kubernetes.io~csi")
+	mkdir("uid-skeleton", "volumeDevices", "kubernetes.io~csi")
+	withFile := mkdir("uid-file", "volumes", "kubernetes.io~csi", "pv-a")
+	if err := os.WriteFile(filepath.Join(withFile, "somebody's file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A mounted target whose volume holds only an empty directory: the
+	// volume's data, not a leftover.
+	target := filepath.Join(mkdir("uid-mounted", "volumes", "kubernetes.io~csi", "pv-b"), "mount")
+	f.bindMount(target)
+	inVolume := filepath.Join(target, "empty-dir-of-the-user")
+	if err := os.Mkdir(inVolume, 0o750); err != nil {
+		t.Fatal(err)
+	}
+
+	_, ctx := ktesting.NewTestContext(t)
+	res, err := Run(ctx, f.layout, f.mounter, asw.New(asw.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pods, "uid-skeleton")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the pod directory of empty directories %s: %v, want it removed", skeleton, err)
+	}
+	for _, path := range []string{withFile, inVolume} {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("%s: %v, want it left alone", path, err)
+		}
+	}
+	if res.Removed != 1 {
+		t.Errorf("Removed %d, want 1 (the empty pod directory)", res.Removed)
+	}
+}
