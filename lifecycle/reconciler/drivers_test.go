@@ -1,7 +1,6 @@
 package reconciler
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -19,9 +18,10 @@ func TestOwnershipProgressIsTheCondition(t *testing.T) {
 	src := pvSource("h1")
 	name := volume.PersistentName(testDriver, "h1")
 	key := volume.PodKey{Volume: name, Pod: "p1"}
-	h.ops.setFail("publish "+key.String(), errors.New("not yet"))
+	release := h.ops.setHold("publish " + key.String())
+	t.Cleanup(release)
 	h.setPod("p1", src)
-	eventually(t, "a failed publish", func() bool { return slices.Contains(h.ops.history(), "publish "+key.String()) })
+	eventually(t, "a publish running", func() bool { return slices.Contains(h.ops.history(), "publish "+key.String()) })
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	h.actual.RecordProgress(key, id(src), &asw.Progress{Step: volume.StepApplyAccessControl, FSGroup: 2000,
 		Files: 125000, Started: start, Updated: start.Add(31 * time.Second)})

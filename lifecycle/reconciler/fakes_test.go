@@ -29,6 +29,9 @@ type fakeOps struct {
 	// fail maps a call ("stage <volume>", "publish <volume>@<pod>", ...) to
 	// the error it returns.
 	fail map[string]error
+	// hold maps a call to a channel it waits on (or on its context) before
+	// it returns, as a long step still running.
+	hold map[string]chan struct{}
 }
 
 var _ Operations = &fakeOps{}
@@ -38,10 +41,37 @@ func id(src volume.Source) volume.ID {
 }
 
 func (f *fakeOps) record(call string) error {
+	return f.recordHeld(context.Background(), call)
+}
+
+// recordHeld records call and, when the call is held, waits until it is
+// released or ctx ends.
+func (f *fakeOps) recordHeld(ctx context.Context, call string) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	held, err := f.hold[call], f.fail[call]
+	f.mu.Unlock()
+	if held == nil {
+		return err
+	}
+	select {
+	case <-held:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// setHold makes call wait until the returned release is called.
+func (f *fakeOps) setHold(call string) (release func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, call)
-	return f.fail[call]
+	if f.hold == nil {
+		f.hold = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	f.hold[call] = ch
+	return sync.OnceFunc(func() { close(ch) })
 }
 
 func (f *fakeOps) setFail(call string, err error) {
@@ -78,8 +108,8 @@ func (f *fakeOps) Stage(_ context.Context, name volume.Name, src volume.Source, 
 	return err
 }
 
-func (f *fakeOps) Publish(_ context.Context, key volume.PodKey, src volume.Source, _ volume.PodVolume) error {
-	err := f.record("publish " + key.String())
+func (f *fakeOps) Publish(ctx context.Context, key volume.PodKey, src volume.Source, _ volume.PodVolume) error {
+	err := f.recordHeld(ctx, "publish "+key.String())
 	state := volume.Published
 	if err != nil {
 		state = volume.NotPublished
