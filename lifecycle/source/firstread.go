@@ -51,31 +51,47 @@ func newFirstReads(c *byNameCache) *firstReads {
 // add asks for key's first read.
 func (r *firstReads) add(key cache.ObjectName) { r.queue.Add(key) }
 
-// run reads until ctx ends.
+// run reads until ctx ends. One goroutine takes the keys from the queue and
+// hands them, alone or in batches, to the workers: with a single taker, the
+// keys the queue's Len counts are there to take, so draining them never
+// blocks. (With every worker taking, one that counted the waiting keys
+// found them taken by the others and waited in Get, holding its batch
+// unread until some later key arrived: at restart, never.)
 func (r *firstReads) run(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		r.queue.ShutDown()
 	}()
+	batches := make(chan []cache.ObjectName)
 	var wg sync.WaitGroup
 	for range firstReadWorkers {
 		wg.Go(func() {
-			for r.next(ctx) {
+			for keys := range batches {
+				r.read(ctx, keys)
 			}
 		})
 	}
+	for {
+		keys, ok := r.take()
+		if !ok {
+			break
+		}
+		batches <- keys
+	}
+	close(batches)
 	wg.Wait()
 }
 
-// next takes one key and, when many more are waiting, those too.
-func (r *firstReads) next(ctx context.Context) bool {
+// take waits for a key and, when many more are waiting, takes those too.
+// Only run calls it.
+func (r *firstReads) take() ([]cache.ObjectName, bool) {
 	key, shutdown := r.queue.Get()
 	if shutdown {
-		return false
+		return nil, false
 	}
 	keys := []cache.ObjectName{key}
-	if r.queue.Len() >= bulkMin {
-		for n := r.queue.Len(); n > 0; n-- {
+	if n := r.queue.Len(); n >= bulkMin {
+		for range n {
 			k, shutdown := r.queue.Get()
 			if shutdown {
 				break
@@ -83,6 +99,12 @@ func (r *firstReads) next(ctx context.Context) bool {
 			keys = append(keys, k)
 		}
 	}
+	return keys, true
+}
+
+// read reads keys: those of a namespace with one LIST when they are many
+// and a large share of it, the others one by one.
+func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 	defer func() {
 		for _, k := range keys {
 			r.queue.Done(k)
@@ -101,7 +123,6 @@ func (r *firstReads) next(ctx context.Context) bool {
 			r.c.firstRead(ctx, k, obj, err)
 		}
 	}
-	return true
 }
 
 // bulk reads keys (all of namespace ns) with one paginated LIST when they

@@ -119,3 +119,62 @@ func TestBulkFirstRead(t *testing.T) {
 	}
 	c.mu.Unlock()
 }
+
+// TestFirstReadsOfABurstAllComplete: keys that arrive at once (the pods of
+// a node at restart) are all read, however the workers share them out. A
+// worker that took a batch once waited in the queue's Get for keys that
+// other workers had taken meanwhile, holding the keys it had, unread, until
+// some later key arrived: at restart, with nothing arriving later, the
+// agent never became ready.
+func TestFirstReadsOfABurstAllComplete(t *testing.T) {
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig())))
+	defer cancel()
+	pvc := func(ns, name string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "3"}}
+	}
+	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
+		listWatchFuncs{
+			get: func(_ context.Context, ns, name string) (kruntime.Object, error) {
+				time.Sleep(time.Millisecond) // a round trip: the workers overlap
+				return pvc(ns, name), nil
+			},
+			// The namespaces are large: every batch is read one by one.
+			list: func(context.Context, string, metav1.ListOptions) (kruntime.Object, error) {
+				more := int64(1 << 20)
+				return &corev1.PersistentVolumeClaimList{ListMeta: metav1.ListMeta{RemainingItemCount: &more, Continue: "x"}}, nil
+			},
+			watch: func(context.Context, string, metav1.ListOptions) (watch.Interface, error) {
+				return watch.NewFake(), nil
+			},
+			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
+		}, func(cache.ObjectName) {})
+	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
+	c.settling.settled = func(kruntime.Object) bool { return true }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.run(ctx)
+	}()
+	for round := range 5 {
+		var keys []cache.ObjectName
+		for i := range 300 {
+			k := cache.ObjectName{Namespace: fmt.Sprintf("ns-%d", i%4), Name: fmt.Sprintf("r%d-c%d", round, i)}
+			keys = append(keys, k)
+			c.watch(k)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for _, k := range keys {
+			for {
+				if _, err := c.get(k); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: claim %s never read", round, k)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	cancel()
+	<-done
+}
