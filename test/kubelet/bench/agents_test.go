@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +18,17 @@ import (
 
 // agentVerbosity is both agents' -v: the kubelet's default log level is 0
 // and production kubelets often run at 2; 1 logs no per-volume line in
-// either agent.
-const agentVerbosity = 1
+// either agent. EnvVerbosity overrides it, to see where the time went.
+var agentVerbosity = 1
+
+// EnvVerbosity names an environment variable with both agents' -v (default 1).
+const EnvVerbosity = "KUBELET_BENCH_V"
+
+func init() {
+	if v, err := strconv.Atoi(os.Getenv(EnvVerbosity)); err == nil {
+		agentVerbosity = v
+	}
+}
 
 // agentKind is one of the agents the benchmarks compare: how to build and
 // start it. Both run as processes of their own with flags only, each on a
@@ -137,6 +148,7 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 		if err := a.stop(tb, w); err != nil {
 			tb.Errorf("stopping %s: %v", kind.name, err)
 		}
+		keepLog(tb, a)
 		if tb.Failed() {
 			tb.Logf("%s log: %s", kind.name, a.proc.logFile)
 			return
@@ -208,4 +220,19 @@ func (a *agent) hasDriver(ctx context.Context, driver string) (bool, error) {
 // namedItem is what both agents' JSON lists have in common.
 type namedItem struct {
 	Name string `json:"name"`
+}
+
+// keepLog copies the agent's log into the results directory (logs/), for
+// a reader who wants to know where a figure's time went.
+func keepLog(tb testing.TB, a *agent) {
+	log, err := os.ReadFile(a.proc.logFile)
+	if err != nil {
+		return
+	}
+	dir := filepath.Join(resultsDir(), "logs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	name := strings.NewReplacer("/", "_", "=", "").Replace(tb.Name())
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s.log", name, a.kind.short)), log, 0o644)
 }
