@@ -43,6 +43,8 @@
 //
 // Every table also goes to the results directory (results_test.go:
 // table.md, results.json, charts of latency and idle CPU against N as SVG
-// and PNG, and each agent's heap profiles). KUBELET_BENCH_AGENTS=csi-volmgr
-// runs one agent only, for work on it.
+// and PNG, each agent's heap profiles, and each agent's log in logs/).
+// KUBELET_BENCH_AGENTS=csi-volmgr runs one agent only, for work on it;
+// KUBELET_BENCH_V sets both agents' -v (default 1), to see where a
+// figure's time went.
 package bench
