@@ -34,7 +34,10 @@ type clusterMode struct {
 }
 
 func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
-	client := m.cfg.Client
+	client, report := m.cfg.Client, m.cfg.Client
+	if m.cfg.ReportClient != nil {
+		report = m.cfg.ReportClient
+	}
 	src, err := source.New(ctx, source.Config{Client: client, NodeName: m.cfg.NodeName, ClusterWideInformers: m.cfg.ClusterWideInformers,
 		SettledObjectResync: m.cfg.SettledObjectResync})
 	if err != nil {
@@ -46,7 +49,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	}
 	c := &clusterMode{src: src, node: node}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
-		Client: client, Queue: queues,
+		Client: report, Queue: queues,
 		CachedPod: func(namespace, name string) *corev1.Pod {
 			pod, _ := src.PodByName(namespace, name)
 			return pod
@@ -74,7 +77,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	}
 	// Events start a broadcaster: made last, so that nothing above can
 	// fail with it running.
-	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: client, NodeName: m.cfg.NodeName}); err != nil {
+	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: report, NodeName: m.cfg.NodeName}); err != nil {
 		return nil, err
 	}
 	watchAttachLimits(m, src)

@@ -65,6 +65,12 @@ type Config struct {
 	// Client talks to the API server. Exactly one of Client and Standalone
 	// is set.
 	Client kubernetes.Interface
+	// ReportClient, when set, writes what the agent reports — the pods'
+	// VolumesReady conditions and the Events — instead of Client. A client
+	// of its own has a rate limiter of its own: a burst of pods, whose
+	// condition writes would take Client's budget, then never delays the
+	// reads their volumes wait for. Cluster mode only.
+	ReportClient kubernetes.Interface
 	// Standalone, instead of Client, runs the node without an API server:
 	// pods and the objects they reference come from it (a manifest
 	// directory), volumes are attached by the agent itself

@@ -29,6 +29,12 @@ type Config struct {
 	// KubeClient talks to the API server. Exactly one of KubeClient and
 	// Manifests is set.
 	KubeClient kubernetes.Interface
+	// ReportClient, when set, writes the pods' VolumesReady conditions and
+	// the Events instead of KubeClient: give it a rate limiter of its own
+	// (a second clientset of the same rest.Config does), so that the
+	// condition writes of a burst of pods never delay the reads their
+	// volumes wait for. Cluster mode only.
+	ReportClient kubernetes.Interface
 	// Manifests is the directory that standalone mode reads Pods, PVCs,
 	// PVs, Secrets and CSIDrivers from (watched), instead of an API
 	// server; volumes are then attached with ControllerPublishVolume by
@@ -140,6 +146,9 @@ func (c *Config) validate() error {
 	}
 	if (c.KubeClient == nil) == (c.Manifests == "") {
 		errs = append(errs, errors.New("exactly one of an API client and a manifest directory is required"))
+	}
+	if c.ReportClient != nil && c.KubeClient == nil {
+		bad("ReportClient", errors.New("needs KubeClient (cluster mode)"))
 	}
 	if c.Manifests != "" && (c.RegisterNode || c.RemoveTerminatingPods || c.ClusterWideInformers) {
 		bad("Manifests", errors.New("runs without an API server: node registration, removing terminating pods and cluster-wide informers need one"))

@@ -29,6 +29,12 @@ func TestConfigValidate(t *testing.T) {
 		"tcp front endpoint":        {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "tcp://127.0.0.1:10000", "d" }, wantField: "FrontEndpoint"},
 		"bad HTTP endpoint":         {mutate: func(c *Config) { c.HTTPEndpoint = "9809" }, wantField: "HTTPEndpoint"},
 		"negative CSI timeout":      {mutate: func(c *Config) { c.CSITimeout = -1 }, wantField: "CSITimeout", wantText: "must not be negative"},
+		"report client in standalone mode": {
+			mutate: func(c *Config) {
+				c.KubeClient, c.Manifests, c.ReportClient = nil, "/etc/csi-volmgr", fake.NewClientset()
+			},
+			wantField: "ReportClient", wantText: "needs KubeClient",
+		},
 		"manifests with node registration": {
 			mutate:    func(c *Config) { c.KubeClient, c.Manifests, c.RegisterNode = nil, "/etc/csi-volmgr", true },
 			wantField: "Manifests", wantText: "without an API server",

@@ -104,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 	if vm.standalone != nil {
 		lcfg.Standalone = vm.standalone
 	} else {
-		lcfg.Client = cfg.KubeClient
+		lcfg.Client, lcfg.ReportClient = cfg.KubeClient, cfg.ReportClient
 	}
 	if vm.allocatable != nil {
 		lcfg.AttachLimits = attachLimits{vm.allocatable}

@@ -51,6 +51,8 @@ func NewRunOptions() *RunOptions {
 		// needs a large share of a namespace), a status write per pod,
 		// nothing polled. The burst lets a node start or restart its 110 pods
 		// (about 330 requests) without queueing; the rate bounds a runaway.
+		// The condition writes and Events have a client of their own with
+		// the same budget, so that they never hold up the reads.
 		KubeAPIQPS:   100,
 		KubeAPIBurst: 400,
 		// Every referenced object is watched while it is referenced, so

@@ -111,6 +111,13 @@ func run(ctx context.Context, o *RunOptions) error {
 		if cfg.KubeClient, err = newClient(restConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
+		// The same budget again, for the condition writes and Events: a
+		// clientset has one rate limiter, and a burst of pods must not
+		// queue the reads their volumes wait for behind their own
+		// condition writes.
+		if cfg.ReportClient, err = newClient(restConfig); err != nil {
+			return fmt.Errorf("creating the API client: %w", err)
+		}
 	}
 	vm, err := volumemanager.New(ctx, cfg)
 	if err != nil {
