@@ -112,22 +112,32 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 	}()
 	groups := map[string][]cache.ObjectName{}
 	for _, k := range keys {
-		groups[k.Namespace] = append(groups[k.Namespace], k)
+		// A key that another batch's LIST answered is not read again.
+		if r.c.awaitsFirstRead(k) {
+			groups[k.Namespace] = append(groups[k.Namespace], k)
+		}
 	}
 	for ns, group := range groups {
 		if len(group) >= bulkMin && r.bulk(ctx, ns, group) {
 			continue
 		}
 		for _, k := range group {
+			if !r.c.awaitsFirstRead(k) {
+				continue // answered meanwhile by another batch's LIST
+			}
 			obj, err := r.c.lw.get(ctx, k.Namespace, k.Name)
 			r.c.firstRead(ctx, k, obj, err)
 		}
 	}
 }
 
-// bulk reads keys (all of namespace ns) with one paginated LIST when they
-// are at least a bulkShare-th of what ns holds, and reports whether it did.
-// A LIST that fails reads nothing: the keys are then read one by one.
+// bulk reads keys (all of namespace ns) with one paginated LIST when the
+// node's objects of ns that await their first read (keys, and those that
+// other batches still hold or the queue has not handed out yet) are at
+// least a bulkShare-th of what ns holds, and reports whether it did. The
+// LIST answers all of them: at restart, when the pods' references arrive
+// faster than they are read, one LIST serves the batches that follow. A
+// LIST that fails reads nothing: the keys are then read one by one.
 func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectName) bool {
 	logger := klog.FromContext(ctx)
 	probe, err := r.c.lw.list(ctx, ns, metav1.ListOptions{Limit: 1})
@@ -145,10 +155,14 @@ func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectNam
 	} else if lm.GetContinue() != "" {
 		return false // the API server would not say how many
 	}
-	if int64(len(keys))*bulkShare < total {
+	others := r.c.awaitingFirstRead(ns)
+	if int64(max(len(keys), len(others)))*bulkShare < total {
 		return false
 	}
-	want := make(map[string]runtime.Object, len(keys))
+	want := make(map[string]runtime.Object, len(keys)+len(others))
+	for _, k := range others {
+		want[k.Name] = nil
+	}
 	for _, k := range keys {
 		want[k.Name] = nil
 	}
@@ -179,13 +193,20 @@ func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectNam
 		}
 		opts.Continue = lm.GetContinue()
 	}
-	logger.V(4).Info("Read objects with one LIST", "kind", r.c.kind, "namespace", ns, "objects", len(keys), "of", total)
+	logger.V(4).Info("Read objects with one LIST", "kind", r.c.kind, "namespace", ns, "objects", len(keys), "others", len(others), "of", total)
 	for _, k := range keys {
 		if obj := want[k.Name]; obj != nil {
 			r.c.firstRead(ctx, k, obj, nil)
 			continue
 		}
 		r.c.firstRead(ctx, k, nil, apierrors.NewNotFound(r.c.resource, k.Name))
+	}
+	// The others found are answered now; those not found are left to their
+	// own read, which starts the reflector that waits for them.
+	for _, k := range others {
+		if obj := want[k.Name]; obj != nil && r.c.awaitsFirstRead(k) {
+			r.c.firstRead(ctx, k, obj, nil)
+		}
 	}
 	return true
 }

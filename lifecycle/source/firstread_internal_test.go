@@ -178,3 +178,69 @@ func TestFirstReadsOfABurstAllComplete(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestBulkFirstReadAnswersEveryKeyAwaitingIt: at restart the pods'
+// references arrive faster than they are read, so a batch holds only a
+// part of them. The LIST is made when all the node's keys of the namespace
+// awaiting their first read are a large share of it, and answers them all,
+// not only the batch's.
+func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	var objs []kruntime.Object
+	for i := range 400 {
+		objs = append(objs, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: fmt.Sprintf("c-%03d", i), ResourceVersion: "3"}})
+	}
+	client := fake.NewClientset(objs...)
+	var gets, lists atomic.Int32
+	client.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		gets.Add(1)
+		return false, nil, nil
+	})
+	client.PrependReactor("list", "persistentvolumeclaims", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	core := client.CoreV1()
+	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
+		listWatchFuncs{
+			get: func(ctx context.Context, ns, name string) (kruntime.Object, error) {
+				return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			},
+			list: func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
+				return core.PersistentVolumeClaims(ns).List(ctx, o)
+			},
+			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
+			},
+			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
+		}, func(cache.ObjectName) {})
+	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
+	c.settling.settled = func(kruntime.Object) bool { return true }
+	// 100 of the namespace's 400 claims await their first read; a batch
+	// of 32 of them (alone, a twelfth of the namespace) comes first.
+	var keys []cache.ObjectName
+	for i := range 100 {
+		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
+		keys = append(keys, k)
+		c.watch(k)
+	}
+	r := newFirstReads(c)
+	if !r.bulk(ctx, "ns", keys[:32]) {
+		t.Fatal("no LIST for 32 claims while 100 of 400 await their first read")
+	}
+	for _, k := range keys {
+		if obj, err := c.get(k); err != nil || obj == nil {
+			t.Errorf("claim %s after the LIST: %v, %v", k, obj, err)
+		}
+	}
+	// The batches that follow find their keys answered: no GET, no LIST.
+	before := lists.Load()
+	r.read(ctx, keys[32:])
+	if n := gets.Load(); n != 0 {
+		t.Errorf("%d GETs after the LIST answered every claim", n)
+	}
+	if n := lists.Load() - before; n != 0 {
+		t.Errorf("%d LISTs after the LIST answered every claim", n)
+	}
+}

@@ -118,6 +118,37 @@ func (c *byNameCache) firstRead(ctx context.Context, key cache.ObjectName, obj r
 	item.store.put(obj, true)
 }
 
+// awaitsFirstRead says whether key is referenced and has neither an
+// object read nor a reflector: its first read is still to be made.
+func (c *byNameCache) awaitsFirstRead(key cache.ObjectName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	item, ok := c.items[key]
+	return ok && item.awaitsFirstRead()
+}
+
+// awaitingFirstRead returns the keys of namespace ns that await their
+// first read.
+func (c *byNameCache) awaitingFirstRead(ns string) []cache.ObjectName {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var keys []cache.ObjectName
+	for key, item := range c.items {
+		if key.Namespace == ns && item.awaitsFirstRead() {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+func (item *watchItem) awaitsFirstRead() bool {
+	if item.cancel != nil || item.settled {
+		return false
+	}
+	_, synced := item.store.get()
+	return !synced
+}
+
 // settle ends key's watch once its object settled, and schedules its next
 // read. It runs in the reflector's goroutine (objectStore.put).
 func (c *byNameCache) settle(key cache.ObjectName) {
