@@ -41,16 +41,21 @@ func id(src volume.Source) volume.ID {
 }
 
 func (f *fakeOps) record(call string) error {
-	return f.recordHeld(context.Background(), call)
+	_, err := f.recordCall(call)
+	return err
+}
+
+func (f *fakeOps) recordCall(call string) (held chan struct{}, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+	return f.hold[call], f.fail[call]
 }
 
 // recordHeld records call and, when the call is held, waits until it is
 // released or ctx ends.
 func (f *fakeOps) recordHeld(ctx context.Context, call string) error {
-	f.mu.Lock()
-	f.calls = append(f.calls, call)
-	held, err := f.hold[call], f.fail[call]
-	f.mu.Unlock()
+	held, err := f.recordCall(call)
 	if held == nil {
 		return err
 	}
