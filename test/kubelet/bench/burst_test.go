@@ -303,10 +303,7 @@ func (a *agent) readyPods(ctx context.Context) (int, error) {
 func (w *world) deletePodsWithin(ctx context.Context, b *testing.B, a *agent, n int, cutoff time.Duration) (took time.Duration, done bool) {
 	b.Helper()
 	began := time.Now()
-	if err := w.creator.CoreV1().Pods(w.fx.Namespace).DeleteCollection(ctx,
-		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
-		b.Fatalf("deleting pods: %v", err)
-	}
+	w.deleteAllPods(ctx, b)
 	want := map[string]bool{}
 	for _, v := range w.volumes[:n] {
 		want[v.handle] = true

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -252,10 +253,7 @@ func (w *world) waitPublished(ctx context.Context, tb testing.TB, a *agent, sinc
 func (w *world) deletePods(ctx context.Context, tb testing.TB, a *agent, n int) time.Duration {
 	tb.Helper()
 	began := time.Now()
-	if err := w.creator.CoreV1().Pods(w.fx.Namespace).DeleteCollection(ctx,
-		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
-		tb.Fatalf("deleting pods: %v", err)
-	}
+	w.deleteAllPods(ctx, tb)
 	want := map[string]bool{}
 	for _, v := range w.volumes[:n] {
 		want[v.handle] = true
@@ -389,5 +387,24 @@ func removeUnmounted(tb testing.TB, dir string) {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		tb.Errorf("removing %s: %v", dir, err)
+	}
+}
+
+// deleteAllPods deletes every pod of the world at once (grace period 0).
+// A loaded API server may answer a collection delete of thousands of pods
+// with a timeout while it goes on deleting: the delete is then sent again.
+func (w *world) deleteAllPods(ctx context.Context, tb testing.TB) {
+	tb.Helper()
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := w.creator.CoreV1().Pods(w.fx.Namespace).DeleteCollection(ctx,
+			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		if apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) {
+			tb.Logf("deleting pods: %v; sending the delete again", err)
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		tb.Fatalf("deleting pods: %v", err)
 	}
 }
