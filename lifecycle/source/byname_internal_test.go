@@ -103,18 +103,7 @@ func TestByNameFirstListIsGet(t *testing.T) {
 	changed := make(chan struct{}, 10)
 	core := client.CoreV1()
 	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
-		listWatchFuncs{
-			get: func(ctx context.Context, ns, name string) (kruntime.Object, error) {
-				return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-			},
-			list: func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
-				return core.PersistentVolumeClaims(ns).List(ctx, o)
-			},
-			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
-			},
-			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
-		}, func(cache.ObjectName) { changed <- struct{}{} })
+		claimListWatch(core), func(cache.ObjectName) { changed <- struct{}{} })
 	key := cache.ObjectName{Namespace: "ns", Name: "data"}
 	c.watch(key)
 	runCtx, cancel := context.WithCancel(ctx)

@@ -14,6 +14,7 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -48,18 +49,7 @@ func TestBulkFirstRead(t *testing.T) {
 	})
 	core := client.CoreV1()
 	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
-		listWatchFuncs{
-			get: func(ctx context.Context, ns, name string) (kruntime.Object, error) {
-				return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-			},
-			list: func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
-				return core.PersistentVolumeClaims(ns).List(ctx, o)
-			},
-			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
-			},
-			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
-		}, func(cache.ObjectName) {})
+		claimListWatch(core), func(cache.ObjectName) {})
 	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
 	c.settling.settled = func(kruntime.Object) bool { return true } // nothing to watch here
 
@@ -132,10 +122,11 @@ func TestFirstReadsOfABurstAllComplete(t *testing.T) {
 	pvc := func(ns, name string) *corev1.PersistentVolumeClaim {
 		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "3"}}
 	}
+	// read is told each claim read (the cache's change callback).
+	read := make(chan cache.ObjectName, 300)
 	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
 		listWatchFuncs{
 			get: func(_ context.Context, ns, name string) (kruntime.Object, error) {
-				time.Sleep(time.Millisecond) // a round trip: the workers overlap
 				return pvc(ns, name), nil
 			},
 			// The namespaces are large: every batch is read one by one.
@@ -147,7 +138,7 @@ func TestFirstReadsOfABurstAllComplete(t *testing.T) {
 				return watch.NewFake(), nil
 			},
 			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
-		}, func(cache.ObjectName) {})
+		}, func(k cache.ObjectName) { read <- k })
 	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
 	c.settling.settled = func(kruntime.Object) bool { return true }
 	done := make(chan struct{})
@@ -156,22 +147,19 @@ func TestFirstReadsOfABurstAllComplete(t *testing.T) {
 		c.run(ctx)
 	}()
 	for round := range 5 {
-		var keys []cache.ObjectName
+		unread := map[cache.ObjectName]bool{}
 		for i := range 300 {
 			k := cache.ObjectName{Namespace: fmt.Sprintf("ns-%d", i%4), Name: fmt.Sprintf("r%d-c%d", round, i)}
-			keys = append(keys, k)
+			unread[k] = true
 			c.watch(k)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for _, k := range keys {
-			for {
-				if _, err := c.get(k); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("round %d: claim %s never read", round, k)
-				}
-				time.Sleep(time.Millisecond)
+		timeout := time.After(20 * time.Second)
+		for len(unread) > 0 {
+			select {
+			case k := <-read:
+				delete(unread, k)
+			case <-timeout:
+				t.Fatalf("round %d: %d claims never read", round, len(unread))
 			}
 		}
 	}
@@ -203,18 +191,7 @@ func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
 	})
 	core := client.CoreV1()
 	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
-		listWatchFuncs{
-			get: func(ctx context.Context, ns, name string) (kruntime.Object, error) {
-				return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-			},
-			list: func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
-				return core.PersistentVolumeClaims(ns).List(ctx, o)
-			},
-			watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return core.PersistentVolumeClaims(ns).Watch(ctx, o)
-			},
-			newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
-		}, func(cache.ObjectName) {})
+		claimListWatch(core), func(cache.ObjectName) {})
 	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
 	c.settling.settled = func(kruntime.Object) bool { return true }
 	// 100 of the namespace's 400 claims await their first read; a batch
@@ -242,5 +219,21 @@ func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
 	}
 	if n := lists.Load() - before; n != 0 {
 		t.Errorf("%d LISTs after the LIST answered every claim", n)
+	}
+}
+
+// claimListWatch gets, lists and watches claims through core.
+func claimListWatch(core corev1client.CoreV1Interface) listWatchFuncs {
+	return listWatchFuncs{
+		get: func(ctx context.Context, ns, name string) (kruntime.Object, error) {
+			return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		list: func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
+			return core.PersistentVolumeClaims(ns).List(ctx, o)
+		},
+		watch: func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return core.PersistentVolumeClaims(ns).Watch(ctx, o)
+		},
+		newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
 	}
 }
