@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"golang.org/x/sync/singleflight"
 )
 
 const (
@@ -42,6 +45,11 @@ const (
 type firstReads struct {
 	c     *byNameCache
 	queue workqueue.TypedInterface[cache.ObjectName]
+	// lists holds the bulk LISTs in flight, one per namespace: a batch of
+	// a namespace that is being listed waits for that LIST instead of
+	// making its own (at restart, every worker's batch is of the same
+	// namespace).
+	lists singleflight.Group
 }
 
 func newFirstReads(c *byNameCache) *firstReads {
@@ -118,10 +126,7 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 		}
 	}
 	for ns, group := range groups {
-		if len(group) >= bulkMin && r.bulk(ctx, ns, group) {
-			continue
-		}
-		for _, k := range group {
+		for _, k := range r.bulkShared(ctx, ns, group) {
 			if !r.c.awaitsFirstRead(k) {
 				continue // answered meanwhile by another batch's LIST
 			}
@@ -129,6 +134,34 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 			r.c.firstRead(ctx, k, obj, err)
 		}
 	}
+}
+
+// bulkShared reads keys (all of namespace ns) with one LIST when bulk
+// would, or waits for the LIST of ns that another batch has in flight, and
+// returns the keys left to read one by one. A LIST that another batch made
+// answered the keys it found that awaited their first read when it began;
+// those that arrived later may be listed once more, those it did not find
+// are read one by one.
+func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.ObjectName) []cache.ObjectName {
+	for tries := 0; len(keys) >= bulkMin && tries < 2; tries++ {
+		led := false
+		listed, _, _ := r.lists.Do(ns, func() (any, error) {
+			led = true
+			return r.bulk(ctx, ns, keys), nil
+		})
+		if led || !listed.(bool) {
+			if listed.(bool) {
+				return nil
+			}
+			return keys
+		}
+		answered := len(keys)
+		keys = slices.DeleteFunc(keys, func(k cache.ObjectName) bool { return !r.c.awaitsFirstRead(k) })
+		if answered -= len(keys); answered == 0 {
+			break // not found by that LIST: another would not find them either
+		}
+	}
+	return keys
 }
 
 // bulk reads keys (all of namespace ns) with one paginated LIST when the

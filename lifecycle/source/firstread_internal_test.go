@@ -26,11 +26,7 @@ import (
 // NotFound); a small share is not listed.
 func TestBulkFirstRead(t *testing.T) {
 	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
-	var objs []kruntime.Object
-	for i := range 50 {
-		objs = append(objs, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-			Namespace: "ns", Name: fmt.Sprintf("c-%02d", i), ResourceVersion: "3"}})
-	}
+	objs := claimObjects(50, "c-%02d")
 	client := fake.NewClientset(objs...)
 	var (
 		lists atomic.Int32
@@ -48,10 +44,7 @@ func TestBulkFirstRead(t *testing.T) {
 		return false, nil, nil
 	})
 	core := client.CoreV1()
-	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
-		claimListWatch(core), func(cache.ObjectName) {})
-	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
-	c.settling.settled = func(kruntime.Object) bool { return true } // nothing to watch here
+	c := settledClaimCache(claimListWatch(core), func(cache.ObjectName) {})
 
 	// 40 of the 50 claims exist among 45 wanted: a LIST answers them.
 	var keys []cache.ObjectName
@@ -174,11 +167,7 @@ func TestFirstReadsOfABurstAllComplete(t *testing.T) {
 // not only the batch's.
 func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
 	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
-	var objs []kruntime.Object
-	for i := range 400 {
-		objs = append(objs, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-			Namespace: "ns", Name: fmt.Sprintf("c-%03d", i), ResourceVersion: "3"}})
-	}
+	objs := claimObjects(400, "c-%03d")
 	client := fake.NewClientset(objs...)
 	var gets, lists atomic.Int32
 	client.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, kruntime.Object, error) {
@@ -190,10 +179,7 @@ func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
 		return false, nil, nil
 	})
 	core := client.CoreV1()
-	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{},
-		claimListWatch(core), func(cache.ObjectName) {})
-	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
-	c.settling.settled = func(kruntime.Object) bool { return true }
+	c := settledClaimCache(claimListWatch(core), func(cache.ObjectName) {})
 	// 100 of the namespace's 400 claims await their first read; a batch
 	// of 32 of them (alone, a twelfth of the namespace) comes first.
 	var keys []cache.ObjectName
@@ -222,6 +208,58 @@ func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
 	}
 }
 
+// TestBatchesOfANamespaceShareItsList: at restart every worker holds a
+// batch of the same namespace; a batch that arrives while that namespace
+// is being listed waits for the LIST in flight instead of making its own
+// (each of them listed the whole namespace once, so that eight workers
+// read it eight times over).
+func TestBatchesOfANamespaceShareItsList(t *testing.T) {
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	objs := claimObjects(100, "c-%03d")
+	core := fake.NewClientset(objs...).CoreV1()
+	lw := claimListWatch(core)
+	// The first full LIST (not the count, Limit 1) is held open until a
+	// second one starts or, as it should be, none has started in 2 s.
+	var fullLists atomic.Int32
+	second := make(chan struct{})
+	list := lw.list
+	lw.list = func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
+		if o.Limit != 1 {
+			switch fullLists.Add(1) {
+			case 1:
+				select {
+				case <-second:
+				case <-time.After(2 * time.Second):
+				}
+			case 2:
+				close(second)
+			}
+		}
+		return list(ctx, ns, o)
+	}
+	c := settledClaimCache(lw, func(cache.ObjectName) {})
+	var keys []cache.ObjectName
+	for i := range 100 {
+		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
+		keys = append(keys, k)
+		c.watch(k)
+	}
+	r := newFirstReads(c)
+	var wg sync.WaitGroup
+	for b := range 3 {
+		wg.Go(func() { r.read(ctx, keys[b*33:(b+1)*33]) })
+	}
+	wg.Wait()
+	if n := fullLists.Load(); n != 1 {
+		t.Errorf("the namespace was listed %d times by three batches read at once, want once", n)
+	}
+	for _, k := range keys {
+		if obj, err := c.get(k); err != nil || obj == nil {
+			t.Errorf("claim %s after the batches: %v, %v", k, obj, err)
+		}
+	}
+}
+
 // claimListWatch gets, lists and watches claims through core.
 func claimListWatch(core corev1client.CoreV1Interface) listWatchFuncs {
 	return listWatchFuncs{
@@ -236,4 +274,23 @@ func claimListWatch(core corev1client.CoreV1Interface) listWatchFuncs {
 		},
 		newList: func() kruntime.Object { return &corev1.PersistentVolumeClaimList{} },
 	}
+}
+
+// claimObjects returns n claims of namespace "ns" named by format.
+func claimObjects(n int, format string) []kruntime.Object {
+	objs := make([]kruntime.Object, 0, n)
+	for i := range n {
+		objs = append(objs, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: fmt.Sprintf(format, i), ResourceVersion: "3"}})
+	}
+	return objs
+}
+
+// settledClaimCache returns a claim cache reading through lw whose every
+// object settles on its first read: nothing is left to watch.
+func settledClaimCache(lw listWatchFuncs, changed func(cache.ObjectName)) *byNameCache {
+	c := newByNameCache(KindPersistentVolumeClaim, resourceOf(KindPersistentVolumeClaim), &corev1.PersistentVolumeClaim{}, lw, changed)
+	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
+	c.settling.settled = func(kruntime.Object) bool { return true }
+	return c
 }
