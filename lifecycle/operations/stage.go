@@ -195,7 +195,7 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 		call = caps.StageUnstage()
 	}
 	if call {
-		refs, err := o.mounts.GetMountRefs(site.Path)
+		refs, err := o.deviceMountRefs(site.Path)
 		if err != nil {
 			return fail(v.Stage, fmt.Errorf("listing the mounts of %s: %w", site.Path, err))
 		}
