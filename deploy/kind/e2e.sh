@@ -73,9 +73,12 @@ attached=$(attachment "$pv") || fail "listing VolumeAttachments"
 in_use=$(k get node "$VIRTUAL_NODE" -o jsonpath='{.status.volumesInUse}')
 [[ "$in_use" == *"kubernetes.io/csi/$DRIVER^$handle"* ]] ||
 	fail "volumesInUse of $VIRTUAL_NODE is '$in_use', want kubernetes.io/csi/$DRIVER^$handle"
+podns=$(k get pod "$POD" -o jsonpath='{.metadata.namespace}')
 status=$(k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status)
 echo "$status"
-grep -qF "$uid=Published" <<<"$status" || fail "csi-volmgr status does not show pod $uid Published"
+grep -qF "$podns/$POD=Published" <<<"$status" || fail "csi-volmgr status does not show pod $podns/$POD Published"
+k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status -o json | grep -qF "$uid" ||
+	fail "csi-volmgr status -o json does not show pod $uid"
 staged=$(on_host grep -cF " $ROOT_DIR/plugins/kubernetes.io/csi/$DRIVER/" /proc/self/mountinfo || true)
 ((staged >= 1)) || fail "no staging mount of $DRIVER below $ROOT_DIR/plugins on host $host"
 mounted_on_host "$target" || fail "$target is not mounted on host $host"
@@ -139,7 +142,7 @@ wait_for "the attach/detach controller and csi-attacher to detach $pv" 180 detac
 wait_for "the attach/detach controller and csi-attacher to detach $kpv" 180 detached "$kpv"
 unstaged() { ! on_host grep -qF " $ROOT_DIR/plugins/kubernetes.io/csi/$DRIVER/" /proc/self/mountinfo; }
 unstaged || fail "a staging mount of $DRIVER is left below $ROOT_DIR/plugins"
-status=$(k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status)
+status=$(k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status -o json)
 ! grep -qF "$uid" <<<"$status" || fail "csi-volmgr still holds pod $uid: $status"
 
 log "6. deleting the claims: the plugin deletes the volumes"
