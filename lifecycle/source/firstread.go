@@ -30,6 +30,10 @@ const (
 	// hundreds); a node that needs fewer reads them one by one, so that no
 	// fleet of agents ever lists a kind of a large cluster whole.
 	bulkShare = 10
+	// maxBulkTries bounds how often a batch waits for other batches' LISTs
+	// of its namespace (or their choice not to list) before it reads what
+	// is left one by one.
+	maxBulkTries = 8
 	// bulkPageSize is the page size of a bulk LIST.
 	bulkPageSize = 500
 )
@@ -141,23 +145,32 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 // returns the keys left to read one by one. A LIST that another batch made
 // answered the keys it found that awaited their first read when it began;
 // those that arrived later may be listed once more, those it did not find
-// are read one by one.
+// are read one by one. When the other batch found too few keys awaiting
+// for a LIST, this batch decides again: more may await by now (at
+// restart, a batch that took what had arrived first made that choice, and
+// the batches behind it that shared it went one GET at a time).
 func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.ObjectName) []cache.ObjectName {
-	for tries := 0; len(keys) >= bulkMin && tries < 2; tries++ {
+	for range maxBulkTries {
+		if len(keys) < bulkMin {
+			break
+		}
 		led := false
-		listed, _, _ := r.lists.Do(ns, func() (any, error) {
+		v, _, _ := r.lists.Do(ns, func() (any, error) {
 			led = true
 			return r.bulk(ctx, ns, keys), nil
 		})
-		if led || !listed.(bool) {
-			if listed.(bool) {
-				return nil
-			}
+		listed := v.(bool)
+		switch {
+		case led && listed:
+			return nil
+		case led:
 			return keys
+		case !listed:
+			continue
 		}
-		answered := len(keys)
+		before := len(keys)
 		keys = slices.DeleteFunc(keys, func(k cache.ObjectName) bool { return !r.c.awaitsFirstRead(k) })
-		if answered -= len(keys); answered == 0 {
+		if len(keys) == before {
 			break // not found by that LIST: another would not find them either
 		}
 	}

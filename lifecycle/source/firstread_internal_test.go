@@ -260,6 +260,73 @@ func TestBatchesOfANamespaceShareItsList(t *testing.T) {
 	}
 }
 
+// TestABatchListsWhenTheListItWaitedForFailed: a batch that waited for
+// another batch's LIST of its namespace, which failed, makes its own LIST
+// instead of reading its keys one GET at a time (with the batches of a
+// restart that share one failed LIST, thousands of GETs at the client's
+// rate).
+func TestABatchListsWhenTheListItWaitedForFailed(t *testing.T) {
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	core := fake.NewClientset(claimObjects(100, "c-%03d")...).CoreV1()
+	lw := claimListWatch(core)
+	var (
+		fullLists atomic.Int32
+		mu        sync.Mutex
+		gets      = map[string]bool{}
+	)
+	// The first full LIST is held open until a second one starts or 2 s
+	// passed, and then fails.
+	leaderListing, second := make(chan struct{}), make(chan struct{})
+	list, get := lw.list, lw.get
+	lw.list = func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
+		if o.Limit != 1 {
+			switch fullLists.Add(1) {
+			case 1:
+				close(leaderListing)
+				select {
+				case <-second:
+				case <-time.After(2 * time.Second):
+				}
+				return nil, apierrors.NewTimeoutError("the list took too long", 1)
+			case 2:
+				close(second)
+			}
+		}
+		return list(ctx, ns, o)
+	}
+	lw.get = func(ctx context.Context, ns, name string) (kruntime.Object, error) {
+		mu.Lock()
+		gets[name] = true
+		mu.Unlock()
+		return get(ctx, ns, name)
+	}
+	c := settledClaimCache(lw, func(cache.ObjectName) {})
+	var keys []cache.ObjectName
+	for i := range 100 {
+		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
+		keys = append(keys, k)
+		c.watch(k)
+	}
+	r := newFirstReads(c)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.read(ctx, keys[:40]) })
+	<-leaderListing
+	wg.Go(func() { r.read(ctx, keys[40:]) })
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys[40:] {
+		if gets[k.Name] {
+			t.Errorf("claim %s read with a GET after the LIST its batch waited for failed; want a LIST of its own", k.Name)
+		}
+	}
+	for _, k := range keys {
+		if obj, err := c.get(k); err != nil || obj == nil {
+			t.Errorf("claim %s after the batches: %v, %v", k, obj, err)
+		}
+	}
+}
+
 // claimListWatch gets, lists and watches claims through core.
 func claimListWatch(core corev1client.CoreV1Interface) listWatchFuncs {
 	return listWatchFuncs{
