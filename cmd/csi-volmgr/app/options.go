@@ -4,6 +4,8 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
@@ -26,6 +28,7 @@ type RunOptions struct {
 	SettledObjectResync  time.Duration
 	KubeAPIQPS           float32
 	KubeAPIBurst         int
+	KubeAPIContentType   string
 	Manifests            string
 	RegisterNode         bool
 	FrontEndpoint        string
@@ -55,6 +58,10 @@ func NewRunOptions() *RunOptions {
 		// the same budget, so that they never hold up the reads.
 		KubeAPIQPS:   100,
 		KubeAPIBurst: 400,
+		// The kubelet's default: protobuf costs the API server and the
+		// agent a fraction of JSON's CPU to encode and decode, which counts
+		// when a restart or a burst reads thousands of claims and volumes.
+		KubeAPIContentType: runtime.ContentTypeProtobuf,
 		// Every referenced object is watched while it is referenced, so
 		// that a change (an expansion, issue 14) is acted on at once; large
 		// clusters trade that for fewer watches with e.g. 5m (README,
@@ -80,6 +87,7 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "When positive, a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is no longer watched but read again about this often (jittered): fewer watches on the API server, changes such as an expansion seen up to this late. 0 watches every referenced object while it is referenced.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of the API client.")
+	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", o.KubeAPIContentType, "Content type of the API client's requests and preferred answers (as the kubelet's flag); JSON is always accepted too.")
 	o.addModeFlags(fs)
 	o.addFrontFlags(fs)
 	o.addChangeFlags(fs)

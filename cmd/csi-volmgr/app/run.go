@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -140,6 +142,11 @@ func kubeConfig(o *RunOptions) (*rest.Config, error) {
 		return nil, fmt.Errorf("no --kubeconfig and no in-cluster configuration: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg.ContentType = o.KubeAPIContentType
+	cfg.AcceptContentTypes = o.KubeAPIContentType
+	if o.KubeAPIContentType != runtime.ContentTypeJSON {
+		cfg.AcceptContentTypes += "," + runtime.ContentTypeJSON
+	}
 	cfg.UserAgent = "csi-volmgr/" + version
 	return cfg, nil
 }
