@@ -238,12 +238,7 @@ func TestBatchesOfANamespaceShareItsList(t *testing.T) {
 		return list(ctx, ns, o)
 	}
 	c := settledClaimCache(lw, func(cache.ObjectName) {})
-	var keys []cache.ObjectName
-	for i := range 100 {
-		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
-		keys = append(keys, k)
-		c.watch(k)
-	}
+	keys := watchClaims(c, 100, "c-%03d")
 	r := newFirstReads(c)
 	var wg sync.WaitGroup
 	for b := range 3 {
@@ -253,11 +248,7 @@ func TestBatchesOfANamespaceShareItsList(t *testing.T) {
 	if n := fullLists.Load(); n != 1 {
 		t.Errorf("the namespace was listed %d times by three batches read at once, want once", n)
 	}
-	for _, k := range keys {
-		if obj, err := c.get(k); err != nil || obj == nil {
-			t.Errorf("claim %s after the batches: %v, %v", k, obj, err)
-		}
-	}
+	requireCached(t, c, keys, "after the batches")
 }
 
 // TestABatchListsWhenTheListItWaitedForFailed: a batch that waited for
@@ -301,12 +292,7 @@ func TestABatchListsWhenTheListItWaitedForFailed(t *testing.T) {
 		return get(ctx, ns, name)
 	}
 	c := settledClaimCache(lw, func(cache.ObjectName) {})
-	var keys []cache.ObjectName
-	for i := range 100 {
-		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
-		keys = append(keys, k)
-		c.watch(k)
-	}
+	keys := watchClaims(c, 100, "c-%03d")
 	r := newFirstReads(c)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.read(ctx, keys[:40]) })
@@ -320,11 +306,7 @@ func TestABatchListsWhenTheListItWaitedForFailed(t *testing.T) {
 			t.Errorf("claim %s read with a GET after the LIST its batch waited for failed; want a LIST of its own", k.Name)
 		}
 	}
-	for _, k := range keys {
-		if obj, err := c.get(k); err != nil || obj == nil {
-			t.Errorf("claim %s after the batches: %v, %v", k, obj, err)
-		}
-	}
+	requireCached(t, c, keys, "after the batches")
 }
 
 // claimListWatch gets, lists and watches claims through core.
@@ -360,4 +342,25 @@ func settledClaimCache(lw listWatchFuncs, changed func(cache.ObjectName)) *byNam
 	c.settling = newSettling(KindPersistentVolumeClaim, time.Hour)
 	c.settling.settled = func(kruntime.Object) bool { return true }
 	return c
+}
+
+// watchClaims references n claims of namespace "ns" named by format in c.
+func watchClaims(c *byNameCache, n int, format string) []cache.ObjectName {
+	keys := make([]cache.ObjectName, 0, n)
+	for i := range n {
+		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf(format, i)}
+		keys = append(keys, k)
+		c.watch(k)
+	}
+	return keys
+}
+
+// requireCached fails t for each of keys that c does not hold.
+func requireCached(t *testing.T, c *byNameCache, keys []cache.ObjectName, when string) {
+	t.Helper()
+	for _, k := range keys {
+		if obj, err := c.get(k); err != nil || obj == nil {
+			t.Errorf("claim %s %s: %v, %v", k, when, obj, err)
+		}
+	}
 }
