@@ -4,9 +4,8 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
