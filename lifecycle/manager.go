@@ -235,7 +235,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Observer:    met,
 		Ownership:   ownership,
 		// The reconciler exists by the time a publish reports progress.
-		OnProgress: func(key volume.PodKey) { m.rec.PodStatusChanged(key.Pod) },
+		OnProgress: func(key volume.PodKey) {
+			m.rec.StepProgressed(key)
+			m.rec.PodStatusChanged(key.Pod)
+		},
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}

@@ -121,6 +121,14 @@ type Tuning struct {
 	// to a manifest file before reading it; 0 means the manifests
 	// source's default.
 	ManifestsDebounce time.Duration
+	// StepLivenessBound is how long a lifecycle worker may stay inside one
+	// step without progress before /healthz and /livez fail; 0 means twice
+	// the CSI call timeout.
+	StepLivenessBound time.Duration
+	// PodWatchLivenessBound is how long the watch of the node's pods may
+	// fail without a break before /healthz and /livez fail; 0 means
+	// DefaultPodWatchLivenessBound.
+	PodWatchLivenessBound time.Duration
 	// SELinux turns pods' SELinux options into the context= their volumes
 	// are mounted with; nil asks the host's policy (on a host without
 	// SELinux no volume gets a context). selinux.Defaults stands for an

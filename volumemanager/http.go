@@ -85,13 +85,14 @@ type ReconstructionStatus struct {
 	Failed          []string `json:"failed,omitempty"`
 }
 
-// Handler serves /metrics (Prometheus), /healthz, /readyz (Ready) and the
+// Handler serves /metrics (Prometheus), /healthz and /livez (the named
+// liveness checks of livenessChecks), /readyz (Ready) and the
 // JSON status API: VolumesPath, DriversPath and ReconstructionPath; with
 // Config.Profiling also /debug/pprof/.
 func (vm *VolumeManager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	vm.installLiveness(mux)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !vm.Ready() {
 			http.Error(w, "not ready: reconstructing state or waiting for informers to sync", http.StatusServiceUnavailable)

@@ -52,18 +52,33 @@ type VolumeManager struct {
 	listener net.Listener
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
+	// lock is held on the root directory from New until Run returns.
+	lock *rootLock
 }
 
 // New checks cfg and builds a VolumeManager; nothing runs before Run. Its
 // errors are the user's to fix. ctx carries the logger.
-func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
+//
+// New takes the lock of the root directory (LockFile) before it touches
+// anything below it, and fails if another volume manager holds it; Run
+// gives it up when it returns.
+func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if err := checkRootDir(cfg.RootDir); err != nil {
 		return nil, err
 	}
-	vm := &VolumeManager{cfg: cfg, metrics: prometheus.NewRegistry(), csi: csiclient.NewMetrics()}
+	lock, err := lockRoot(cfg.RootDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
+	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: prometheus.NewRegistry(), csi: csiclient.NewMetrics()}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := vm.newBackend(ctx); err != nil {
 		return nil, err
@@ -72,7 +87,6 @@ func New(ctx context.Context, cfg Config) (*VolumeManager, error) {
 	if vm.nodeInfo != nil {
 		nodeInfo = vm.nodeInfo
 	}
-	var err error
 	if vm.registry, err = registry.New(registry.Config{
 		Dir: cfg.RegistrationDir, NodeInfo: nodeInfo, CSITimeout: cfg.CSITimeout, Metrics: vm.csi,
 		RetryBaseDelay: cfg.Tuning.RegistryRetryBaseDelay, RetryMaxDelay: cfg.Tuning.RegistryRetryMaxDelay,
@@ -173,8 +187,10 @@ func (vm *VolumeManager) Metrics() prometheus.Gatherer {
 // Run starts every part and returns when ctx ends, after the steps in
 // flight finished, or when a part fails. It never unmounts anything on its
 // way out: the state lives under the root directory and the next start
-// picks it up. Call it once.
+// picks it up. Call it once; it gives up the root directory's lock when it
+// returns.
 func (vm *VolumeManager) Run(ctx context.Context) error {
+	defer vm.lock.release()
 	logger := klog.FromContext(ctx)
 	if vm.factory != nil {
 		vm.factory.Start(ctx.Done())

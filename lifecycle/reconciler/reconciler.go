@@ -110,6 +110,8 @@ type Reconciler struct {
 	// ready holds the pods whose volumes were all published when last
 	// checked, so the ready latency is observed once per pod.
 	ready map[types.UID]bool
+	// steps are the steps the workers are inside (CheckSteps).
+	steps steps
 }
 
 // New returns a Reconciler. Subscribe DesiredStateHandler to the desired
@@ -205,16 +207,17 @@ func (r *Reconciler) Run(ctx context.Context) {
 	// a shutdown does not turn every call in flight into an uncertain one.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	syncVolume, syncPodVolume := track(&r.steps, r.cfg.Now, r.syncVolume), track(&r.steps, r.cfg.Now, r.syncPodVolume)
 	var workers sync.WaitGroup
 	for range r.cfg.VolumeWorkers {
 		workers.Go(func() {
-			for processNext(ctx, workCtx, r.volumes, r.syncVolume, r.cfg.processed) {
+			for processNext(ctx, workCtx, r.volumes, syncVolume, r.cfg.processed) {
 			}
 		})
 	}
 	for range r.cfg.PodWorkers {
 		workers.Go(func() {
-			for processNext(ctx, workCtx, r.pods, r.syncPodVolume, r.cfg.processed) {
+			for processNext(ctx, workCtx, r.pods, syncPodVolume, r.cfg.processed) {
 			}
 		})
 	}

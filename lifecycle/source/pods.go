@@ -2,6 +2,7 @@ package source
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,10 @@ func (s *Source) setupPods() error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
 		informers.WithTransform(stripManagedFields))
 	s.podInf = s.podF.Core().V1().Pods().Informer()
+	s.podWatch = &watchHealth{now: time.Now}
+	if err := s.podInf.SetWatchErrorHandlerWithContext(s.podWatch.failed); err != nil {
+		return fmt.Errorf("setting the pod watch error handler: %w", err)
+	}
 	reg, err := s.podInf.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.onPodAdd,
 		UpdateFunc: s.onPodUpdate,

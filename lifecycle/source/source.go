@@ -69,8 +69,10 @@ type Source struct {
 	logger  klog.Logger
 	podsReg cache.ResourceEventHandlerRegistration
 	// fresh says whether the pod cache may be missing pods (podsfresh.go).
-	fresh    *podsFreshness
-	podInf   cache.SharedIndexInformer
+	fresh  *podsFreshness
+	podInf cache.SharedIndexInformer
+	// podWatch records the pod informer's failures (CheckPodWatch).
+	podWatch *watchHealth
 	podF     informers.SharedInformerFactory
 	clusterF informers.SharedInformerFactory // nil in by-name mode
 	caches   map[Kind]objectCache            // PVC, PV, VolumeAttachment
