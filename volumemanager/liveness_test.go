@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +80,11 @@ func TestLivenessFailsWhenThePodWatchKeepsFailing(t *testing.T) {
 	t.Parallel()
 	f := k8stest.New(t)
 	f.CreateNode(t)
-	proxy := startProxy(t, strings.TrimPrefix(f.Config.Host, "https://"))
+	apiServer, err := url.Parse(f.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, apiServer.Host)
 	cfg := *f.Config
 	cfg.Host = "https://" + proxy.l.Addr().String()
 	client, err := kubernetes.NewForConfig(&cfg)

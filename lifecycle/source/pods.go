@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -17,14 +18,13 @@ import (
 // registers the event handlers.
 func (s *Source) setupPods() error {
 	selector := fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
+	tweak := func(o *metav1.ListOptions) { o.FieldSelector = selector }
 	s.podF = informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }),
-		informers.WithTransform(stripManagedFields))
-	s.podInf = s.podF.Core().V1().Pods().Informer()
+		informers.WithTweakListOptions(tweak), informers.WithTransform(stripManagedFields))
 	s.podWatch = &watchHealth{now: time.Now}
-	if err := s.podInf.SetWatchErrorHandlerWithContext(s.podWatch.failed); err != nil {
-		return fmt.Errorf("setting the pod watch error handler: %w", err)
-	}
+	s.podInf = s.podF.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, _ time.Duration) cache.SharedIndexInformer {
+		return newPodInformer(client, tweak, s.podWatch)
+	})
 	reg, err := s.podInf.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.onPodAdd,
 		UpdateFunc: s.onPodUpdate,
