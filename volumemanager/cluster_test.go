@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -47,6 +48,9 @@ type clusterNodeOptions struct {
 	Driver func(*storagev1.CSIDriverSpec)
 	// PV changes the PersistentVolume of the claim "data".
 	PV func(*corev1.PersistentVolume)
+	// NoNode leaves the Node to the test; otherwise a Node with the owner
+	// label is created unless one exists or the agent registers it.
+	NoNode bool
 }
 
 // startClusterNodeWith starts a clusterNode as opts say.
@@ -101,6 +105,10 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
+	}
+	if _, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{}); apierrors.IsNotFound(err) && !cfg.RegisterNode && !opts.NoNode {
+		// The agent acts only on a Node that carries the owner label.
+		f.CreateNode(t)
 	}
 	if n.vm, err = volumemanager.New(ctx, cfg); err != nil {
 		cancel()

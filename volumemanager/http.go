@@ -85,7 +85,8 @@ type ReconstructionStatus struct {
 	Failed          []string `json:"failed,omitempty"`
 }
 
-// Handler serves /metrics (Prometheus), /healthz, /readyz (Ready) and the
+// Handler serves /metrics (Prometheus), /healthz, /readyz (Ready; the
+// body says why not, e.g. the Node does not carry OwnerLabel) and the
 // JSON status API: VolumesPath, DriversPath and ReconstructionPath; with
 // Config.Profiling also /debug/pprof/.
 func (vm *VolumeManager) Handler() http.Handler {
@@ -93,6 +94,10 @@ func (vm *VolumeManager) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if owned, reason := vm.NodeOwned(); !owned {
+			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+			return
+		}
 		if !vm.Ready() {
 			http.Error(w, "not ready: reconstructing state or waiting for informers to sync", http.StatusServiceUnavailable)
 			return
