@@ -31,6 +31,10 @@ type clusterNode struct {
 	vm     *volumemanager.VolumeManager
 	plugin *plugintest.Plugin
 	handle string
+	// root is the agent's root directory.
+	root string
+	// logs holds what the agent logged.
+	logs ktesting.Buffer
 }
 
 // startClusterNode starts it with the Config that configure changes.
@@ -56,9 +60,9 @@ type clusterNodeOptions struct {
 // startClusterNodeWith starts a clusterNode as opts say.
 func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOptions) *clusterNode {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	ctx = klog.NewContext(ctx, logger.WithName("agent"))
 	base, err := os.MkdirTemp("", "cn")
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +92,7 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 	t.Cleanup(func() {
 		_ = f.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(t.Context()), driver, metav1.DeleteOptions{})
 	})
-	n := &clusterNode{plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
+	n := &clusterNode{root: root, logs: logger.GetSink().(ktesting.Underlier).GetBuffer(), plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
 	n.handle = createVolume(t, n.plugin)
 	var changePV []func(*corev1.PersistentVolume)
 	if opts.PV != nil {
