@@ -42,6 +42,8 @@ const (
 type Gate struct {
 	node   string
 	logger logr.Logger
+	// always is set on AlwaysOwned's Gate, which Observe never closes.
+	always bool
 
 	// mu protects state and changed.
 	mu    sync.Mutex
@@ -61,7 +63,7 @@ func New(node string, logger logr.Logger) *Gate {
 // AlwaysOwned returns an open Gate that never closes: standalone mode has
 // no Node, and the agent is its node's only volume manager.
 func AlwaysOwned() *Gate {
-	return &Gate{state: owned, changed: make(chan struct{}), logger: logr.Discard()}
+	return &Gate{state: owned, always: true, changed: make(chan struct{}), logger: logr.Discard()}
 }
 
 // Owned tells whether the agent may act on the Node and, when it may not,
@@ -107,8 +109,11 @@ func (g *Gate) Changed() <-chan struct{} {
 }
 
 // Observe tells the Gate what the Node looks like now: its labels, or
-// exists false when the Node does not exist.
+// exists false when the Node does not exist. AlwaysOwned's Gate ignores it.
 func (g *Gate) Observe(labels map[string]string, exists bool) {
+	if g.always {
+		return
+	}
 	next := absent
 	switch {
 	case exists && HasLabel(labels):
