@@ -147,6 +147,22 @@ func (n *clusterNode) calls(t *testing.T) []string {
 	return out
 }
 
+// ownedGauge returns csi_volmgr_node_owned.
+func (n *clusterNode) ownedGauge(t *testing.T) float64 {
+	t.Helper()
+	families, err := n.vm.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "csi_volmgr_node_owned" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no csi_volmgr_node_owned")
+	return 0
+}
+
 // quiet watches for d that bad never reports anything; it fails t with
 // what bad reported.
 func quiet(t *testing.T, d time.Duration, bad func() string) {
@@ -226,6 +242,9 @@ func TestAgentLeavesAKubeletsNodeAlone(t *testing.T) {
 		!strings.Contains(body, f.NodeName) {
 		t.Errorf("/readyz: %d %q, want a failure naming the Node and the label", code, body)
 	}
+	if g := n.ownedGauge(t); g != 0 {
+		t.Errorf("csi_volmgr_node_owned %v, want 0", g)
+	}
 	var errorLines int
 	for _, e := range n.logs.Data() {
 		if e.Type == ktesting.LogError && strings.Contains(e.Message, "Not acting on the Node") {
@@ -262,6 +281,9 @@ func TestAgentServesALabelledKubeletNode(t *testing.T) {
 	pod := createClaimPod(t, f, "app")
 	poll(t, "the pod's volume to be published", func(context.Context) (bool, error) { return n.published(pod.UID), nil })
 	poll(t, "/readyz to pass", func(context.Context) (bool, error) { code, _ := n.readyz(); return code == http.StatusOK, nil })
+	if g := n.ownedGauge(t); g != 1 {
+		t.Errorf("csi_volmgr_node_owned %v, want 1", g)
+	}
 	forceDelete(t, f, pod)
 	poll(t, "the teardown", func(context.Context) (bool, error) {
 		return len(n.vm.Volumes()) == 0 && len(mountsUnder(t, n.root)) == 0, nil
