@@ -191,3 +191,36 @@ func TestImagesPinned(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseNeverServesItsHost checks that deploy/base, applied to a cluster
+// of kubelet nodes, starts no agent that serves a kubelet's Node: the
+// DaemonSet runs only on hosts an operator labelled for it, its --node-name
+// is not the host's own Node name (spec.nodeName, alone), and it registers
+// that Node itself (--register-node), with the owner label the agent needs.
+func TestBaseNeverServesItsHost(t *testing.T) {
+	ds, c := agentDaemonSet(t, render(t, "base"))
+	spec := ds.Spec.Template.Spec
+	if got := spec.NodeSelector["csi-volmgr.io/agent-host"]; got != "true" {
+		t.Errorf("nodeSelector %v: want csi-volmgr.io/agent-host=true, so that the agent runs only where an operator put it", spec.NodeSelector)
+	}
+	name, ok := flagValue(c.Args, "node-name")
+	if !ok {
+		t.Fatal("no --node-name")
+	}
+	// Resolve the variables the kubelet expands: the host's node name
+	// becomes HOST.
+	resolved := name
+	for _, e := range c.Env {
+		value := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			value = "HOST"
+		}
+		resolved = strings.ReplaceAll(resolved, "$("+e.Name+")", value)
+	}
+	if resolved == "HOST" || strings.Contains(resolved, "$(") || resolved == "" {
+		t.Errorf("--node-name=%s is %q on host HOST: it must name a Node of the agent's own, never the host's", name, resolved)
+	}
+	if v, ok := flagValue(c.Args, "register-node"); !ok || v != "true" {
+		t.Error("no --register-node: the agent's Node must be registered by the agent, with the owner label")
+	}
+}

@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/expand"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/nodeowner"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/podfinalizer"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
@@ -30,7 +32,10 @@ type clusterMode struct {
 	expand *expand.Expander
 	// fin is nil without CompletePodDeletion.
 	fin *podfinalizer.Finalizer
-	in  inputs
+	// owner is told of every version of the Node's labels: the agent
+	// acts only while the Node carries nodeowner.Label.
+	owner *nodeowner.Gate
+	in    inputs
 }
 
 func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
@@ -47,9 +52,9 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, err
 	}
-	c := &clusterMode{src: src, node: node}
+	c := &clusterMode{src: src, node: node, owner: m.owner}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
-		Client: report, Queue: queues,
+		Client: report, Queue: queues, Gate: m.owner,
 		CachedPod: func(namespace, name string) *corev1.Pod {
 			pod, _ := src.PodByName(namespace, name)
 			return pod
@@ -58,14 +63,14 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, err
 	}
-	if c.inUse, err = status.NewVolumesInUse(status.VolumesInUseConfig{Client: client, NodeName: m.cfg.NodeName, Queue: queues}); err != nil {
+	if c.inUse, err = status.NewVolumesInUse(status.VolumesInUseConfig{Client: client, NodeName: m.cfg.NodeName, Queue: queues, Gate: m.owner}); err != nil {
 		return nil, err
 	}
 	var statusWriter reconciler.StatusWriter = c.conds
 	if m.cfg.CompletePodDeletion {
 		c.fin, err = podfinalizer.New(podfinalizer.Config{
 			Client: client, Pods: src, Desired: m.desire, Actual: m.world, Layout: m.layout,
-			MetricsProvider: queues.MetricsProvider,
+			MetricsProvider: queues.MetricsProvider, Gate: m.owner,
 		})
 		if err != nil {
 			return nil, err
@@ -77,7 +82,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	}
 	// Events start a broadcaster: made last, so that nothing above can
 	// fail with it running.
-	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: report, NodeName: m.cfg.NodeName}); err != nil {
+	if c.events, err = status.NewEvents(ctx, status.EventsConfig{Client: report, NodeName: m.cfg.NodeName, Owned: m.owner.Owned}); err != nil {
 		return nil, err
 	}
 	watchAttachLimits(m, src)
@@ -109,9 +114,16 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 	// A pod's or the Node's next change restores what others overwrote.
 	c.src.OnPodChange(c.conds.Recheck)
 	c.node.OnUpdate(c.inUse.NodeChanged)
+	c.node.OnChange(c.observeOwner)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.Run(ctx) })
 	wg.Go(func() { c.node.Run(ctx) })
+	wg.Go(func() {
+		// A Node that does not exist has no event: the first list tells.
+		if cache.WaitForCacheSync(ctx.Done(), c.node.HasSynced) {
+			c.observeOwner()
+		}
+	})
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
 	wg.Go(func() { c.expand.Run(ctx, 2) })
@@ -119,6 +131,12 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 		wg.Go(func() { c.fin.Run(ctx) })
 	}
 	wg.Wait()
+}
+
+// observeOwner tells the owner Gate of the Node's labels as cached now.
+func (c *clusterMode) observeOwner() {
+	labels, exists := c.node.Labels()
+	c.owner.Observe(labels, exists)
 }
 
 func (c *clusterMode) close() error {

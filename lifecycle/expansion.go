@@ -18,7 +18,7 @@ func newExpander(m *Manager, src *source.Source, events *status.Events, queues s
 		Claims: src, Client: m.cfg.Client, Desired: m.desire, Actual: m.world,
 		Operations: lateOperations{m}, Events: events, NodeName: m.cfg.NodeName,
 		RetryBaseDelay: m.cfg.Reconciler.RetryBaseDelay, RetryMaxDelay: m.cfg.Reconciler.RetryMaxDelay,
-		MetricsProvider: queues.MetricsProvider,
+		MetricsProvider: queues.MetricsProvider, Gate: m.owner,
 	})
 	if err != nil {
 		return nil, err

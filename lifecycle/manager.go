@@ -18,6 +18,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/mountcheck"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/nodeowner"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/populator"
@@ -164,6 +165,9 @@ type Manager struct {
 	stats   *stats.Collector
 	// republisher publishes requiresRepublish drivers' volumes again.
 	republisher *republish.Republisher
+	// owner tells whether the agent owns its Node: always in standalone
+	// mode, while the Node carries nodeowner.Label in cluster mode.
+	owner *nodeowner.Gate
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.
@@ -200,6 +204,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.owner = nodeowner.AlwaysOwned()
+	if cfg.Standalone == nil {
+		m.owner = nodeowner.New(cfg.NodeName, klog.FromContext(ctx))
+	}
+	if err := m.owner.Register(cfg.Registerer); err != nil {
+		return nil, err
+	}
 	queues := status.QueueOptions{MetricsProvider: met.WorkqueueProvider()}
 	if cfg.Standalone != nil {
 		m.mode, err = newStandaloneMode(ctx, m)
@@ -234,6 +245,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Mounts:      m.mounter,
 		Observer:    met,
 		Ownership:   ownership,
+		Gate:        m.owner,
 		// The reconciler exists by the time a publish reports progress.
 		OnProgress: func(key volume.PodKey) {
 			m.rec.StepProgressed(key)
@@ -257,6 +269,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		rcfg.Health = m.stats
 	}
 	rcfg.Ready = met
+	rcfg.Gate = m.owner
 	if cfg.Reconciler.Ready != nil {
 		rcfg.Ready = readyObservers{met, cfg.Reconciler.Ready}
 	}
@@ -277,6 +290,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 // Ready reports whether the actual state was reconstructed and the desired
 // state has seen every pod: /readyz.
 func (m *Manager) Ready() bool { return m.ready.Load() }
+
+// NodeOwner tells whether the agent owns its Node, and wakes those who
+// wait for it: nothing is mounted, unmounted or written to the API server
+// while it is closed.
+func (m *Manager) NodeOwner() *nodeowner.Gate { return m.owner }
 
 // Snapshot returns every volume the agent holds, for the status API.
 func (m *Manager) Snapshot() []asw.VolumeStatus { return m.world.Snapshot() }

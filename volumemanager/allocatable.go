@@ -17,7 +17,7 @@ func (vm *VolumeManager) newAllocatable() error {
 		return nil
 	}
 	r, err := nodeinfo.NewAllocatableRefresher(nodeinfo.AllocatableConfig{
-		NodeInfo: vm.nodeInfo,
+		NodeInfo: ownedNodeInfo{vm: vm, inner: vm.nodeInfo},
 		Client: func(driver string) (nodeinfo.InfoClient, bool) {
 			c, ok := vm.registry.Client(driver)
 			if !ok || c == nil {

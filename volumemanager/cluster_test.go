@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
@@ -30,6 +31,10 @@ type clusterNode struct {
 	vm     *volumemanager.VolumeManager
 	plugin *plugintest.Plugin
 	handle string
+	// root is the agent's root directory.
+	root string
+	// logs holds what the agent logged.
+	logs ktesting.Buffer
 }
 
 // startClusterNode starts it with the Config that configure changes.
@@ -47,14 +52,17 @@ type clusterNodeOptions struct {
 	Driver func(*storagev1.CSIDriverSpec)
 	// PV changes the PersistentVolume of the claim "data".
 	PV func(*corev1.PersistentVolume)
+	// NoNode leaves the Node to the test; otherwise a Node with the owner
+	// label is created unless one exists or the agent registers it.
+	NoNode bool
 }
 
 // startClusterNodeWith starts a clusterNode as opts say.
 func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOptions) *clusterNode {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	ctx = klog.NewContext(ctx, logger.WithName("agent"))
 	base, err := os.MkdirTemp("", "cn")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +92,7 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 	t.Cleanup(func() {
 		_ = f.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(t.Context()), driver, metav1.DeleteOptions{})
 	})
-	n := &clusterNode{plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
+	n := &clusterNode{root: root, logs: logger.GetSink().(ktesting.Underlier).GetBuffer(), plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
 	n.handle = createVolume(t, n.plugin)
 	var changePV []func(*corev1.PersistentVolume)
 	if opts.PV != nil {
@@ -101,6 +109,10 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
+	}
+	if _, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{}); apierrors.IsNotFound(err) && !cfg.RegisterNode && !opts.NoNode {
+		// The agent acts only on a Node that carries the owner label.
+		f.CreateNode(t)
 	}
 	if n.vm, err = volumemanager.New(ctx, cfg); err != nil {
 		cancel()

@@ -86,7 +86,8 @@ type ReconstructionStatus struct {
 }
 
 // Handler serves /metrics (Prometheus), /healthz and /livez (the named
-// liveness checks of livenessChecks), /readyz (Ready) and the
+// liveness checks of livenessChecks), /readyz (Ready; the body says why
+// not, e.g. the Node does not carry OwnerLabel) and the
 // JSON status API: VolumesPath, DriversPath and ReconstructionPath; with
 // Config.Profiling also /debug/pprof/.
 func (vm *VolumeManager) Handler() http.Handler {
@@ -94,6 +95,10 @@ func (vm *VolumeManager) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
 	vm.installLiveness(mux)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if owned, reason := vm.NodeOwned(); !owned {
+			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+			return
+		}
 		if !vm.Ready() {
 			http.Error(w, "not ready: reconstructing state or waiting for informers to sync", http.StatusServiceUnavailable)
 			return

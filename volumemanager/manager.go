@@ -85,7 +85,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	}
 	var nodeInfo registry.NodeInfoPublisher
 	if vm.nodeInfo != nil {
-		nodeInfo = vm.nodeInfo
+		nodeInfo = ownedNodeInfo{vm: vm, inner: vm.nodeInfo}
 	}
 	if vm.registry, err = registry.New(registry.Config{
 		Dir: cfg.RegistrationDir, NodeInfo: nodeInfo, CSITimeout: cfg.CSITimeout, Metrics: vm.csi,
@@ -126,6 +126,9 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	if vm.manager, err = lifecycle.New(ctx, lcfg); err != nil {
 		return nil, err
 	}
+	if vm.node != nil {
+		vm.node.owner = vm.manager.NodeOwner()
+	}
 	reportRejections(vm.registry, vm.manager)
 	if cfg.HTTPEndpoint != "" {
 		if vm.listener, err = net.Listen("tcp", cfg.HTTPEndpoint); err != nil {
@@ -164,12 +167,13 @@ func (vm *VolumeManager) newBackend(ctx context.Context) error {
 	return nil
 }
 
-// Ready tells whether the volume manager may be relied on: the actual
-// state is rebuilt from disk, the desired state has seen every pod, the
-// drivers found at start have been handled once and the CSIDriver objects
-// are cached.
+// Ready tells whether the volume manager may be relied on: the agent owns
+// its Node (OwnerLabel), the actual state is rebuilt from disk, the
+// desired state has seen every pod, the drivers found at start have been
+// handled once and the CSIDriver objects are cached.
 func (vm *VolumeManager) Ready() bool {
-	return vm.manager.Ready() && vm.registry.HasSynced() && vm.policies.HasSynced()
+	owned, _ := vm.NodeOwned()
+	return owned && vm.manager.Ready() && vm.registry.HasSynced() && vm.policies.HasSynced()
 }
 
 // Drivers returns the registry of the node's CSI drivers: who is
@@ -270,10 +274,15 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 // before any driver registers, so that the scheduler sees the node's CSI
 // state; it retries with backoff until it succeeds or ctx ends (the Node
 // may not exist yet when a runtime creates it after starting the agent).
+// It waits for the agent to own the Node first: it creates nothing for a
+// kubelet's Node.
 func (vm *VolumeManager) ensureCSINode(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	delay := time.Second
 	for {
+		if vm.manager.NodeOwner().Wait(ctx) != nil {
+			return
+		}
 		err := vm.nodeInfo.EnsureCSINode(ctx)
 		if err == nil {
 			return

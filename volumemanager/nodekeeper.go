@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/nodeowner"
 )
 
 // ControllerManagedAttachAnnotation makes the attach/detach controller
@@ -34,18 +36,33 @@ const (
 	defaultNodeStatusInterval = time.Minute
 )
 
+// errForeignNode is why the keeper leaves an existing Node alone.
+var errForeignNode = errors.New("the Node exists without the label " + OwnerLabel + "=" + OwnerLabelValue +
+	" and is not one this agent registered; another volume manager (a kubelet) may own it")
+
 // nodeKeeper registers and keeps the Node of a node that has neither a
 // kubelet nor a runtime (Config.RegisterNode) with virtual-kubelet's
-// NodeController: it creates the Node (labels kubernetes.io/hostname, os
-// and arch, the attach/detach annotation, Ready=True) or brings an
-// existing one in line, renews the node Lease kube-node-lease/<node>
+// NodeController: it creates the Node (labels OwnerLabel,
+// kubernetes.io/hostname, os and arch, the attach/detach annotation,
+// Ready=True) or brings an existing one in line, renews the node Lease kube-node-lease/<node>
 // (owned by the Node), and posts the Node's status every status interval
 // with a three-way patch that touches only what it posted, so
 // status.volumesInUse is left to the volume manager. A Ready condition
 // someone else turned, or a removed annotation, is put back at the next
 // status update; a deleted Node is created again. Nothing else of a
 // kubelet's status is faked: no capacity, so no scheduler places pods here
-// (pods reach the node by spec.nodeName).
+// (pods reach the node by spec.nodeName). The keeper keeps OwnerLabel on
+// the Node: a removed label is put back at the next status update.
+//
+// It never takes over another volume manager's Node (fail closed). An
+// existing Node is kept only when it carries OwnerLabel=OwnerLabelValue,
+// or when it is one this agent registered before the label existed: no
+// status.nodeInfo.kubeletVersion (the keeper never writes one, a kubelet
+// always does) and a Ready condition with the keeper's reason
+// NodeReadyReason. Any other existing Node — a kubelet's — is not touched:
+// the keeper logs one error naming it and the label, and tries again only
+// when the Node changes as the owner Gate sees it (labelled, or deleted
+// and then created by the keeper).
 type nodeKeeper struct {
 	client         kubernetes.Interface
 	name           string
@@ -57,6 +74,12 @@ type nodeKeeper struct {
 	// taint keeps TaintDriversNotReady while expected drivers are
 	// missing; nil without expected drivers.
 	taint *driversTaint
+
+	// owner wakes a keeper that found a Node it does not keep; nil (tests
+	// of the keeper alone) never retries.
+	owner *nodeowner.Gate
+	// foreign is set when Register left an existing Node alone.
+	foreign bool
 
 	// nc is the running node controller; stop ends it.
 	nc   *node.NodeController
@@ -81,6 +104,7 @@ func (k *nodeKeeper) spec() *corev1.Node {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: k.name,
 			Labels: map[string]string{
+				OwnerLabel:           OwnerLabelValue,
 				corev1.LabelHostname: k.name, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH,
 			},
 			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
@@ -96,7 +120,9 @@ func (k *nodeKeeper) spec() *corev1.Node {
 // Register starts the node controller and returns once the Node is
 // registered. It retries with backoff until ctx ends, except when the API
 // refuses for good (Forbidden, Unauthorized, Invalid). The controller runs
-// until ctx ends or Run returns.
+// until ctx ends or Run returns. When the Node exists and is not the
+// keeper's to keep (see nodeKeeper), Register logs it once and returns nil
+// without a controller: Run then waits for the Node to change.
 func (k *nodeKeeper) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Not wait.ExponentialBackoff: a Backoff whose delay reaches its Cap
@@ -107,7 +133,15 @@ func (k *nodeKeeper) Register(ctx context.Context) error {
 		err := k.start(ctx)
 		switch {
 		case err == nil:
+			k.foreign = false
 			logger.Info("Node registered", "node", k.name)
+			return nil
+		case errors.Is(err, errForeignNode):
+			if !k.foreign {
+				logger.Error(err, "Not registering the Node: the agent acts on nothing until the Node carries the label or is deleted",
+					"node", k.name, "label", OwnerLabel+"="+OwnerLabelValue)
+			}
+			k.foreign = true
 			return nil
 		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err):
 			return fmt.Errorf("registering Node %s: %w", k.name, err)
@@ -122,10 +156,18 @@ func (k *nodeKeeper) Register(ctx context.Context) error {
 	}
 }
 
-// start runs a node controller and waits until it registered the Node.
+// start runs a node controller and waits until it registered the Node;
+// errForeignNode when the Node exists and is not the keeper's to keep.
 func (k *nodeKeeper) start(ctx context.Context) error {
 	spec := k.spec()
 	nodes := k.client.CoreV1().Nodes()
+	switch existing, err := nodes.Get(ctx, k.name, metav1.GetOptions{}); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case !keepable(existing):
+		return errForeignNode
+	}
 	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, spec, nodes,
 		node.WithNodeEnableLeaseV1(k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease), int32(k.leaseDuration/time.Second)),
 		node.WithNodeStatusUpdateInterval(k.statusInterval),
@@ -158,11 +200,50 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 	}
 }
 
+// keepable tells whether the keeper may keep an existing Node: it carries
+// OwnerLabel, or it is one the keeper registered before the label existed
+// (no kubeletVersion, the keeper's Ready reason).
+func keepable(n *corev1.Node) bool {
+	if nodeowner.HasLabel(n.Labels) {
+		return true
+	}
+	if n.Status.NodeInfo.KubeletVersion != "" {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Reason == NodeReadyReason
+		}
+	}
+	return false
+}
+
 // Run keeps the Node until ctx ends; the Node and its Lease are left in
 // place, as a kubelet leaves them. Call it after a successful Register.
+// After a Register that left a foreign Node alone, it registers again at
+// each change of the owner Gate (the Node labelled, or deleted) until it
+// succeeds or ctx ends.
 func (k *nodeKeeper) Run(ctx context.Context) {
-	if k.nc == nil {
-		return
+	for first := true; k.nc == nil; first = false {
+		if !k.foreign || k.owner == nil {
+			return
+		}
+		// A label set since Register looked is not missed: the first
+		// round does not wait when the Gate is open already.
+		changed := k.owner.Changed()
+		if owned, _ := k.owner.Owned(); !first || !owned {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+		if err := k.Register(ctx); err != nil {
+			if ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Registering the Node failed", "node", k.name)
+			}
+			return
+		}
 	}
 	taintCtx, stopTaint := context.WithCancel(ctx)
 	taintDone := make(chan struct{})

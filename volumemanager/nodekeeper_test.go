@@ -76,7 +76,7 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]string{corev1.LabelHostname: f.NodeName, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH} {
+	for k, v := range map[string]string{corev1.LabelHostname: f.NodeName, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH, OwnerLabel: OwnerLabelValue} {
 		if node.Labels[k] != v {
 			t.Errorf("label %s=%q, want %q", k, node.Labels[k], v)
 		}
@@ -257,5 +257,33 @@ func TestRegisterOutlastsAnAPIServerOutage(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	if _, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the Node after Register: %v", err)
+	}
+}
+
+// TestKeepable: the keeper keeps a Node with the owner label, or one it
+// registered before the label existed, and no other.
+func TestKeepable(t *testing.T) {
+	ready := func(reason string) []corev1.NodeCondition {
+		return []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: reason}}
+	}
+	for _, tc := range []struct {
+		name string
+		node corev1.Node
+		want bool
+	}{
+		{"labelled", corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: OwnerLabelValue}}}, true},
+		{"labelled kubelet node", corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: OwnerLabelValue}},
+			Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.0"}, Conditions: ready("KubeletReady")},
+		}, true},
+		{"registered by an earlier agent", corev1.Node{Status: corev1.NodeStatus{Conditions: ready(NodeReadyReason)}}, true},
+		{"kubelet", corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.0"}, Conditions: ready("KubeletReady")}}, false},
+		{"kubelet version with the agent's reason", corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.0"}, Conditions: ready(NodeReadyReason)}}, false},
+		{"label with another value", corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: "kubelet"}}}, false},
+		{"bare", corev1.Node{}, false},
+	} {
+		if got := keepable(&tc.node); got != tc.want {
+			t.Errorf("%s: keepable = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

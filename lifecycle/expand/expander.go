@@ -86,6 +86,11 @@ type Config struct {
 	MetricsProvider workqueue.MetricsProvider
 	// Now stamps claim conditions; nil is the wall clock.
 	Now func() time.Time
+	// Gate, when set, holds every expansion (and its claim status writes)
+	// back while the agent does not own its Node (*nodeowner.Gate).
+	Gate interface {
+		Wait(ctx context.Context) error
+	}
 }
 
 // Expander grows the file systems of volumes whose claims were resized:
@@ -190,6 +195,9 @@ func (e *Expander) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer e.queue.Done(name)
+	if e.cfg.Gate != nil && e.cfg.Gate.Wait(ctx) != nil {
+		return false // shutting down
+	}
 	if err := e.syncInUse(ctx, name); err != nil {
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Expanding the volume failed; will retry with backoff", "volume", name, "err", err)

@@ -35,6 +35,9 @@ var ErrExpandNotSupported = errors.New("NodeExpandVolume is not supported by the
 // publish is not known, ErrExpandNotSupported, volume.ErrDriverNotRegistered,
 // a Secret that cannot be read, and the driver's classified error.
 func (o *Operations) Expand(ctx context.Context, key volume.PodKey, src volume.Source, requiredBytes int64) (capacity int64, err error) {
+	if err := o.notOwned(); err != nil {
+		return 0, err
+	}
 	unlock, err := o.locks.lockVolume(ctx, key.Volume, true)
 	if err != nil {
 		return 0, err

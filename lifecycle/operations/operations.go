@@ -53,6 +53,15 @@ type Config struct {
 	OnProgress func(key volume.PodKey)
 	// ProgressInterval is how often that progress is recorded; 0 means 5s.
 	ProgressInterval time.Duration
+	// Gate, when set, refuses the lifecycle's steps (Stage, Publish,
+	// Unpublish, Unstage, Expand) while the agent does not own its Node,
+	// with an error wrapping nodeowner.ErrNotOwned, before anything is
+	// recorded: the last check behind the reconciler's own wait. The
+	// front endpoint's requests are a container orchestrator's and are
+	// not gated.
+	Gate interface {
+		Err() error
+	}
 }
 
 // Operations performs the CSI steps of the lifecycle, one step per call:
@@ -77,6 +86,7 @@ type Operations struct {
 	tokens      Tokens
 	mounts      Mounts
 	observer    Observer
+	gate        interface{ Err() error }
 	owners      *owners
 
 	locks   *locks
@@ -122,11 +132,21 @@ func New(cfg Config) (*Operations, error) {
 		tokens:      cfg.Tokens,
 		mounts:      mounts,
 		observer:    cfg.Observer,
+		gate:        cfg.Gate,
 		owners:      newOwners(cfg),
 		locks:       newLocks(),
 		tree:        &tree{mounts: mounts},
 		digests:     newDigests(),
 	}, nil
+}
+
+// notOwned returns the Gate's error while the agent does not own its Node,
+// nil otherwise (and without a Gate).
+func (o *Operations) notOwned() error {
+	if o.gate == nil {
+		return nil
+	}
+	return o.gate.Err()
 }
 
 // Layout returns the path layout the operations use.

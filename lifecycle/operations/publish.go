@@ -50,6 +50,9 @@ import (
 // actual state records how the volume is presented to the pod (device
 // path, SELinux context).
 func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.Source, pv volume.PodVolume) (err error) {
+	if err := o.notOwned(); err != nil {
+		return err
+	}
 	rwop := isReadWriteOncePod(src.AccessModes)
 	unlock, err := o.locks.lockPod(ctx, key, rwop)
 	if err != nil {
@@ -177,6 +180,9 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 // uncertain: the pod's volume is published again while wanted and
 // unpublished again when not.
 func (o *Operations) Unpublish(ctx context.Context, key volume.PodKey) error {
+	if err := o.notOwned(); err != nil {
+		return err
+	}
 	return o.unpublish(ctx, key, "")
 }
 

@@ -39,6 +39,9 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 	if src.Inline {
 		return nil
 	}
+	if err := o.notOwned(); err != nil {
+		return err
+	}
 	unlock, err := o.locks.lockVolume(ctx, name, true)
 	if err != nil {
 		return err
@@ -117,6 +120,9 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 // (ErrStillMounted), leaves the volume StageUncertain: staged again while
 // wanted, unstaged again when not.
 func (o *Operations) Unstage(ctx context.Context, name volume.Name) error {
+	if err := o.notOwned(); err != nil {
+		return err
+	}
 	return o.unstage(ctx, name, "")
 }
 

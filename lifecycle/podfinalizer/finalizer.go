@@ -69,6 +69,11 @@ type Config struct {
 	// and of pods whose volume directories are still on disk; 0 means
 	// 500ms and 2m2s.
 	RetryBaseDelay, RetryMaxDelay time.Duration
+	// Gate, when set, holds every deletion back while the agent does not
+	// own its Node (*nodeowner.Gate).
+	Gate interface {
+		Wait(ctx context.Context) error
+	}
 }
 
 // Finalizer completes the deletion of the node's pods; see the package
@@ -123,6 +128,9 @@ func (f *Finalizer) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer f.queue.Done(uid)
+	if f.cfg.Gate != nil && f.cfg.Gate.Wait(ctx) != nil {
+		return false // shutting down
+	}
 	if err := f.sync(ctx, uid); err != nil {
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Cannot complete the pod's deletion yet; will retry", "podUID", uid, "err", err)

@@ -56,6 +56,14 @@ type Operations interface {
 	Unstage(ctx context.Context, name volume.Name) error
 }
 
+// Gate tells the workers when they may run steps: while the agent owns
+// its Node; *nodeowner.Gate implements it.
+type Gate interface {
+	// Wait returns nil once steps may run, or ctx's error when ctx ends
+	// first.
+	Wait(ctx context.Context) error
+}
+
 // Policies gives a driver's CSIDriver policy.
 type Policies interface {
 	// Get returns the named driver's policy.

@@ -41,6 +41,11 @@ type Config struct {
 	Events EventRecorder
 	InUse  InUseReporter
 	Ready  ReadyObserver
+	// Gate, when set, holds back every step while the agent does not own
+	// its Node: a worker waits on it before each key, so no stage,
+	// publish, unpublish or unstage starts until it opens. Steps in
+	// flight finish; nothing is torn down because it closed.
+	Gate Gate
 	// Expander, when set, expands a volume right after its publish when
 	// its claim was resized before the mount.
 	Expander MountExpander
@@ -211,13 +216,13 @@ func (r *Reconciler) Run(ctx context.Context) {
 	var workers sync.WaitGroup
 	for range r.cfg.VolumeWorkers {
 		workers.Go(func() {
-			for processNext(ctx, workCtx, r.volumes, syncVolume, r.cfg.processed) {
+			for processNext(ctx, workCtx, r.volumes, r.cfg.Gate, syncVolume, r.cfg.processed) {
 			}
 		})
 	}
 	for range r.cfg.PodWorkers {
 		workers.Go(func() {
-			for processNext(ctx, workCtx, r.pods, syncPodVolume, r.cfg.processed) {
+			for processNext(ctx, workCtx, r.pods, r.cfg.Gate, syncPodVolume, r.cfg.processed) {
 			}
 		})
 	}
@@ -293,13 +298,19 @@ func (r *Reconciler) synced() bool {
 }
 
 // processNext handles one key on workCtx: Forget on success,
-// AddRateLimited on error. Once ctx has ended it takes no new key.
-func processNext[T comparable](ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[T], sync func(context.Context, T) error, processed func(any, error)) bool {
+// AddRateLimited on error. Once ctx has ended it takes no new key. With a
+// gate, it holds the key until the gate opens (the queue keeps later adds
+// of the key for after Done); the end of ctx ends the wait, so a closed
+// gate never holds up a shutdown.
+func processNext[T comparable](ctx, workCtx context.Context, q workqueue.TypedRateLimitingInterface[T], gate Gate, sync func(context.Context, T) error, processed func(any, error)) bool {
 	key, shutdown := q.Get()
 	if shutdown {
 		return false
 	}
 	defer q.Done(key)
+	if gate != nil && gate.Wait(ctx) != nil {
+		return false
+	}
 	if ctx.Err() != nil {
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -51,6 +52,9 @@ type EventsConfig struct {
 	// here (e.g. record.NewFakeRecorder in callers' tests); Client is then
 	// not used.
 	Recorder record.EventRecorder
+	// Owned, when set, tells whether the agent owns its Node; while it
+	// does not, Events are dropped (logged at V(4) only).
+	Owned func() (bool, string)
 }
 
 // Events records Events about pods' volumes and about the Node, through a
@@ -67,6 +71,8 @@ type Events struct {
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster // nil when Recorder was given
 	node        *corev1.ObjectReference
+	owned       func() (bool, string)
+	logger      klog.Logger
 }
 
 // NewEvents starts recording Events; they stop when ctx is done or
@@ -79,7 +85,9 @@ func NewEvents(ctx context.Context, cfg EventsConfig) (*Events, error) {
 		recorder: cfg.Recorder,
 		// The kubelet's Node reference: kubectl describe node finds Node
 		// Events by this UID.
-		node: &corev1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)},
+		node:   &corev1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)},
+		owned:  cfg.Owned,
+		logger: klog.FromContext(ctx),
 	}
 	if e.recorder == nil {
 		e.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
@@ -104,12 +112,31 @@ func (e *Events) Shutdown() {
 // corev1.EventTypeWarning, reason one of the Event* constants. The message
 // is cleaned and truncated to MaxMessageLength.
 func (e *Events) Pod(pod volume.PodInfo, eventType, reason, message string) {
+	if e.dropped(reason) {
+		return
+	}
 	e.recorder.Event(podRef(pod), eventType, truncate(reason, maxReasonLength), sanitizeMessage(message))
 }
 
 // Node records an Event on this agent's Node.
 func (e *Events) Node(eventType, reason, message string) {
+	if e.dropped(reason) {
+		return
+	}
 	e.recorder.Event(e.node, eventType, truncate(reason, maxReasonLength), sanitizeMessage(message))
+}
+
+// dropped tells whether an Event is dropped because the agent does not own
+// its Node.
+func (e *Events) dropped(reason string) bool {
+	if e.owned == nil {
+		return false
+	}
+	ok, why := e.owned()
+	if !ok {
+		e.logger.V(4).Info("Not recording an Event: the agent does not own the Node", "reason", reason, "why", why)
+	}
+	return !ok
 }
 
 // VolumeFailed records on the pod the Warning the kubelet records when b's

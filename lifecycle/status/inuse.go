@@ -31,6 +31,9 @@ type VolumesInUseConfig struct {
 	NodeName string
 	// Queue tunes the workqueue.
 	Queue QueueOptions
+	// Gate, when set, holds every write back while it is closed (the
+	// agent does not own its Node).
+	Gate Gate
 }
 
 // VolumesInUse writes the Node's status.volumesInUse: the volumes that the
@@ -53,6 +56,7 @@ type VolumesInUse struct {
 	client   kubernetes.Interface
 	nodeName string
 	queue    workqueue.TypedRateLimitingInterface[string]
+	gate     Gate
 
 	// mu guards desired and reported.
 	mu sync.Mutex
@@ -76,6 +80,7 @@ func NewVolumesInUse(cfg VolumesInUseConfig) (*VolumesInUse, error) {
 		client:   cfg.Client,
 		nodeName: cfg.NodeName,
 		queue:    newQueue(VolumesInUseQueueName, cfg.Queue),
+		gate:     cfg.Gate,
 	}, nil
 }
 
@@ -115,7 +120,7 @@ func (v *VolumesInUse) Run(ctx context.Context, onReported func(newlyReported []
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runWorker(ctx, v.queue, func(ctx context.Context, key string) error { return v.sync(ctx, key, onReported) })
+		runWorker(ctx, v.queue, v.gate, func(ctx context.Context, key string) error { return v.sync(ctx, key, onReported) })
 	}()
 	<-ctx.Done()
 	v.queue.ShutDown()

@@ -49,6 +49,9 @@ type PodConditionsConfig struct {
 	PendingDelay time.Duration
 	// Queue tunes the workqueue.
 	Queue QueueOptions
+	// Gate, when set, holds every write back while it is closed (the
+	// agent does not own its Node).
+	Gate Gate
 }
 
 // PodConditions writes ConditionVolumesReady on pods.
@@ -83,6 +86,7 @@ type PodConditions struct {
 	cachedPod func(namespace, name string) *corev1.Pod
 	clock     clock.PassiveClock
 	queue     workqueue.TypedRateLimitingInterface[string]
+	gate      Gate
 	// pendingDelay is PodConditionsConfig.PendingDelay, defaulted.
 	pendingDelay time.Duration
 
@@ -116,6 +120,7 @@ func NewPodConditions(cfg PodConditionsConfig) (*PodConditions, error) {
 		cachedPod:    cfg.CachedPod,
 		clock:        clk,
 		queue:        newQueue(PodConditionsQueueName, cfg.Queue),
+		gate:         cfg.Gate,
 		desired:      map[types.UID]PodVolumesStatus{},
 		written:      map[types.UID]corev1.PodCondition{},
 	}, nil
@@ -173,7 +178,7 @@ func (w *PodConditions) Run(ctx context.Context, workers int) {
 	logger.V(2).Info("Starting pod condition writer", "workers", workers)
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
-		wg.Go(func() { runWorker(ctx, w.queue, w.sync) })
+		wg.Go(func() { runWorker(ctx, w.queue, w.gate, w.sync) })
 	}
 	<-ctx.Done()
 	w.queue.ShutDown()

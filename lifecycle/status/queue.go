@@ -49,9 +49,19 @@ func newQueue(name string, opts QueueOptions) workqueue.TypedRateLimitingInterfa
 	})
 }
 
+// Gate tells the writers when they may write: while the agent owns its
+// Node; *nodeowner.Gate implements it.
+type Gate interface {
+	// Wait returns nil once writes may go out, or ctx's error when ctx
+	// ends first.
+	Wait(ctx context.Context) error
+}
+
 // runWorker processes keys of q with sync until q shuts down: Forget on
-// success, AddRateLimited on error (the sample-controller pattern).
-func runWorker(ctx context.Context, q workqueue.TypedRateLimitingInterface[string],
+// success, AddRateLimited on error (the sample-controller pattern). With a
+// gate, nothing is written while it is closed: the worker holds the key
+// until it opens or ctx ends.
+func runWorker(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], gate Gate,
 	sync func(context.Context, string) error) {
 	logger := klog.FromContext(ctx)
 	for {
@@ -61,6 +71,9 @@ func runWorker(ctx context.Context, q workqueue.TypedRateLimitingInterface[strin
 		}
 		func() {
 			defer q.Done(key)
+			if gate != nil && gate.Wait(ctx) != nil {
+				return // shutting down
+			}
 			if err := sync(ctx, key); err != nil {
 				if ctx.Err() != nil {
 					return // shutting down; the write is abandoned

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/nodeowner"
 )
 
 // cleanupTimeout bounds each cleanup call; cleanups run after t.Context()
@@ -59,13 +61,15 @@ func (e *Env) NewFixture(tb testing.TB) *Fixture {
 }
 
 // CreateNode creates the Node named f.NodeName, labelled
-// kubernetes.io/hostname=f.NodeName and changed by mutate, and deletes it
-// when tb ends. It returns the created Node (with UID and resourceVersion).
+// kubernetes.io/hostname=f.NodeName and nodeowner.Label=nodeowner.Value
+// (the agent acts only on such a Node; mutate may delete it to make a
+// kubelet's Node) and changed by mutate, and deletes it when tb ends. It
+// returns the created Node (with UID and resourceVersion).
 func (f *Fixture) CreateNode(tb testing.TB, mutate ...func(*corev1.Node)) *corev1.Node {
 	tb.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:   f.NodeName,
-		Labels: map[string]string{corev1.LabelHostname: f.NodeName},
+		Labels: map[string]string{corev1.LabelHostname: f.NodeName, nodeowner.Label: nodeowner.Value},
 	}}
 	for _, fn := range mutate {
 		fn(node)

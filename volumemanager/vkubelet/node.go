@@ -14,10 +14,22 @@ import (
 // registers).
 const ControllerManagedAttachAnnotation = volumemanager.ControllerManagedAttachAnnotation
 
+// OwnerLabel and OwnerLabelValue mark the Node as one whose volume manager
+// is csi-volmgr; the volume manager acts on no Node without them.
+const (
+	OwnerLabel      = volumemanager.OwnerLabel
+	OwnerLabelValue = volumemanager.OwnerLabelValue
+)
+
 // PrepareNode readies the Node a provider gives NewNodeController: the
-// attach/detach annotation set, status.volumesInUse left to the volume
-// manager.
+// label OwnerLabel=OwnerLabelValue set (without it the volume manager does
+// nothing for the Node), the attach/detach annotation set,
+// status.volumesInUse left to the volume manager.
 func PrepareNode(n *corev1.Node) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[OwnerLabel] = OwnerLabelValue
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
 	}

@@ -73,7 +73,7 @@ func NewRunOptions() *RunOptions {
 // AddFlags registers the options on fs.
 func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means the in-cluster configuration.")
-	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node whose pods this agent serves.")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node whose pods this agent serves. With an API server the agent acts only while that Node carries the label csi-volmgr.io/volume-manager=csi-volmgr (--register-node sets it; a runtime beside the agent sets it on its Node); on any other Node, a kubelet's, it mounts and writes nothing and /readyz fails.")
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Root directory of the agent's state (kubelet layout below it).")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", o.RegistrationDir, "Directory of plugin-registration sockets; empty means <root-dir>/plugins_registry.")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", o.HTTPEndpoint, "Address of /metrics, /healthz, /readyz and the JSON status API; empty disables it.")
