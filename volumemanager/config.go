@@ -149,6 +149,9 @@ func (c *Config) validate() error {
 		c.RegistrationDir = filepath.Join(c.RootDir, "plugins_registry")
 	} else if !filepath.IsAbs(c.RegistrationDir) {
 		bad("RegistrationDir", fmt.Errorf("%q must be an absolute path", c.RegistrationDir))
+	} else if filepath.Clean(c.RegistrationDir) == filepath.Clean(c.RootDir) {
+		// The registry would take the API socket for a plugin's.
+		bad("RegistrationDir", fmt.Errorf("%q must not be the root directory, which holds the API socket %s", c.RegistrationDir, SocketName))
 	}
 	if (c.KubeClient == nil) == (c.Manifests == "") {
 		errs = append(errs, errors.New("exactly one of an API client and a manifest directory is required"))
