@@ -50,8 +50,12 @@ func runtimeAPIRules(tb testing.TB) []rbacv1.PolicyRule {
 func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	t, c, ns := s.t, s.f.Client, s.f.Namespace
 	url := "http://" + s.agent.HTTPEndpoint + volumemanager.VolumesPath
-	if code, body, err := get(ctx, url, ""); err != nil || code != http.StatusUnauthorized {
-		return fmt.Errorf("GET %s without a token answered %d %q (%v), want 401", url, code, body, err)
+	code, body, err := get(ctx, url, "")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusUnauthorized {
+		return fmt.Errorf("GET %s without a token answered %d %q, want 401", url, code, body)
 	}
 
 	sa, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runtime"}}, metav1.CreateOptions{})
