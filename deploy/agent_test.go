@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,8 @@ type agentConfig struct {
 type agentProcess struct {
 	*process.Process
 	Root, RegistrationDir string
+	// HTTPEndpoint is its --http-endpoint, a free loopback port.
+	HTTPEndpoint string
 }
 
 // daemonSetArgs returns the container's args with the flags in overrides
@@ -119,12 +122,18 @@ func startAgent(t *testing.T, cfg agentConfig) *agentProcess {
 	if err := writeImpersonatingKubeconfig(cfg.Env, cfg.ServiceAccount, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	// Many agents run at once: a free loopback port each.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.HTTPEndpoint = l.Addr().String()
+	_ = l.Close()
 	args, err := daemonSetArgs(cfg.Container, map[string]string{
 		"node-name":        cfg.NodeName,
 		"root-dir":         a.Root,
 		"registration-dir": a.RegistrationDir,
-		// Many agents run at once: a free loopback port each.
-		"http-endpoint": "127.0.0.1:0",
+		"http-endpoint":    a.HTTPEndpoint,
 	}, kubeconfig)
 	if err != nil {
 		t.Fatalf("agent command line from the DaemonSet: %v", err)

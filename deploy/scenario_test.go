@@ -311,6 +311,7 @@ func (s *scenario) run(ctx context.Context) error {
 	}{
 		{"the virtual Node is registered", s.nodeRegistered},
 		{"the pod's volume is published", s.podPublished},
+		{"the runtime API answers an authorized caller only", s.runtimeAPIAnswers},
 		{"the resized claim's file system is expanded", s.claimExpanded},
 		{"the pod's deletion is completed after teardown", s.podDeleted},
 		{"the driver is removed from the CSINode", s.driverRemoved},

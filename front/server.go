@@ -19,6 +19,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
+	"github.com/csi-volmgr/csi-volmgr/csiclient/unixsock"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -38,7 +39,8 @@ var ErrInvalidConfig = errors.New("invalid front endpoint config")
 // Config configures a Server.
 type Config struct {
 	// Endpoint is the unix socket to serve, an absolute path or a unix://
-	// URL (see csiclient.ParseEndpoint). A stale socket there is replaced.
+	// URL (see csiclient.ParseEndpoint), bound with mode 0600. A stale
+	// socket there is replaced.
 	Endpoint string
 	// Driver is the name of the registered driver to front.
 	Driver string
@@ -200,20 +202,13 @@ func (s *Server) Wait() error {
 	return s.serveErr
 }
 
-// listen binds the unix socket at path, replacing a stale socket left by an
-// earlier process. Anything else at path is an error, never removed.
+// listen binds the unix socket at path with mode 0600 (root only, as the
+// kubelet's plugin sockets), replacing a stale socket left by an earlier
+// process. Anything else at path is an error, never removed.
 func listen(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("front endpoint %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing the stale front endpoint socket %s: %w", path, err)
-		}
-	}
-	lis, err := net.Listen("unix", path)
+	lis, err := unixsock.Listen(path)
 	if err != nil {
-		return nil, fmt.Errorf("listening on the front endpoint %s: %w", path, err)
+		return nil, fmt.Errorf("front endpoint: %w", err)
 	}
 	return lis, nil
 }

@@ -21,7 +21,7 @@ type Config struct {
 	// NodeName is the node whose pods are served. Required.
 	NodeName string
 	// RootDir is the root of the agent's state (the kubelet's layout below
-	// it); absolute. Required.
+	// it), and holds the API socket (SocketPath); absolute. Required.
 	RootDir string
 	// RegistrationDir is the directory of plugin-registration sockets;
 	// empty means <RootDir>/plugins_registry.
@@ -84,7 +84,13 @@ type Config struct {
 	// answers as that driver, Controller calls pass through, Node calls run
 	// through the volume lifecycle. Both or neither are set.
 	FrontEndpoint, FrontDriver string
-	// HTTPEndpoint, when set, is the TCP address Run serves Handler on.
+	// HTTPEndpoint, when set, is a TCP address Run serves Handler on
+	// besides the API socket (SocketPath of RootDir, always served, mode
+	// 0600): /metrics and the health checks to anyone, /api/ and
+	// /debug/pprof/ only to requests the API server authenticated
+	// (TokenReview) and authorized (SubjectAccessReview of a verb on
+	// nodes/csi-volmgr of NodeName, see package apiauth), with KubeClient;
+	// in standalone mode it serves no /api/ and no /debug/pprof/.
 	HTTPEndpoint string
 	// Profiling adds Go's profiles (net/http/pprof) under /debug/pprof/ to
 	// Handler, as the kubelet's enableProfilingHandler does: where the heap
@@ -151,6 +157,9 @@ func (c *Config) validate() error {
 		c.RegistrationDir = filepath.Join(c.RootDir, "plugins_registry")
 	} else if !filepath.IsAbs(c.RegistrationDir) {
 		bad("RegistrationDir", fmt.Errorf("%q must be an absolute path", c.RegistrationDir))
+	} else if filepath.Clean(c.RegistrationDir) == filepath.Clean(c.RootDir) {
+		// The registry would take the API socket for a plugin's.
+		bad("RegistrationDir", fmt.Errorf("%q must not be the root directory, which holds the API socket %s", c.RegistrationDir, SocketName))
 	}
 	if (c.KubeClient == nil) == (c.Manifests == "") {
 		errs = append(errs, errors.New("exactly one of an API client and a manifest directory is required"))

@@ -23,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		"no node name":              {mutate: func(c *Config) { c.NodeName = "" }, wantField: "NodeName", wantText: "is required"},
 		"relative root":             {mutate: func(c *Config) { c.RootDir = "relative" }, wantField: "RootDir", wantText: `"relative" must be an absolute path`},
 		"relative registration dir": {mutate: func(c *Config) { c.RegistrationDir = "reg" }, wantField: "RegistrationDir", wantText: "absolute"},
+		"registration dir is root":  {mutate: func(c *Config) { c.RegistrationDir = c.RootDir + "/" }, wantField: "RegistrationDir", wantText: "API socket"},
 		"front endpoint only":       {mutate: func(c *Config) { c.FrontEndpoint = "/run/front.sock" }, wantField: "FrontEndpoint", wantText: "without a front driver"},
 		"front driver only":         {mutate: func(c *Config) { c.FrontDriver = "d" }, wantField: "FrontDriver", wantText: "without a front endpoint"},
 		"relative front endpoint":   {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "front.sock", "d" }, wantField: "FrontEndpoint"},

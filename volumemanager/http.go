@@ -89,7 +89,10 @@ type ReconstructionStatus struct {
 // liveness checks of livenessChecks), /readyz (Ready; the body says why
 // not, e.g. the Node does not carry OwnerLabel) and the
 // JSON status API: VolumesPath, DriversPath and ReconstructionPath; with
-// Config.Profiling also /debug/pprof/.
+// Config.Profiling also /debug/pprof/. It checks no credentials: whoever
+// reaches it may tear volumes down (the pod API). Run serves it on the API
+// socket (SocketPath) only; the TCP endpoint serves its /api/ and
+// /debug/pprof/ to callers the API server authorized (apiauth) only.
 func (vm *VolumeManager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
 )
 
 // VolumeManager runs the CSI volume lifecycle of one node's pods: it finds
@@ -48,8 +48,11 @@ type VolumeManager struct {
 	allocatable *nodeinfo.AllocatableRefresher
 	// standalone is the manifest source in standalone mode.
 	standalone *manifests.Source
-	// listener serves Handler when Config.HTTPEndpoint is set.
-	listener net.Listener
+	// socket serves Handler on SocketPath; listener serves tcpHandler
+	// when Config.HTTPEndpoint is set, with guard in cluster mode (nil in
+	// standalone mode).
+	socket, listener net.Listener
+	guard            *apiauth.Guard
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
 	// lock is held on the root directory from New until Run returns.
@@ -130,10 +133,8 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 		vm.node.owner = vm.manager.NodeOwner()
 	}
 	reportRejections(vm.registry, vm.manager)
-	if cfg.HTTPEndpoint != "" {
-		if vm.listener, err = net.Listen("tcp", cfg.HTTPEndpoint); err != nil {
-			return nil, &ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", cfg.HTTPEndpoint, err)}
-		}
+	if err := vm.listen(); err != nil {
+		return nil, err
 	}
 	return vm, nil
 }
@@ -238,28 +239,17 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 		wg.Go(func() { vm.ensureCSINode(runCtx) })
 		wg.Go(func() { vm.runAllocatable(runCtx) })
 	}
-	var server *http.Server
-	if vm.listener != nil {
-		server = &http.Server{Handler: vm.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		wg.Go(func() {
-			if err := server.Serve(vm.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "HTTP server failed")
-			}
-		})
-	}
+	stopServing := vm.serveHTTP(ctx, &wg)
 	logger.Info("csi-volmgr running", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir,
-		"registrationDir", vm.cfg.RegistrationDir, "httpEndpoint", vm.cfg.HTTPEndpoint, "version", vm.cfg.Version)
+		"registrationDir", vm.cfg.RegistrationDir, "socket", SocketPath(vm.cfg.RootDir),
+		"httpEndpoint", vm.cfg.HTTPEndpoint, "version", vm.cfg.Version)
 	<-runCtx.Done()
 	if cause := context.Cause(runCtx); ctx.Err() == nil {
 		logger.Error(cause, "Shutting down after a failure")
 	} else {
 		logger.Info("Shutting down: no new steps, waiting for the steps in flight")
 	}
-	if server != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = server.Shutdown(sctx)
-		cancel()
-	}
+	stopServing()
 	wg.Wait()
 	close(errs)
 	var runErr error

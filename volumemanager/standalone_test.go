@@ -35,6 +35,10 @@ type standaloneNode struct {
 	plugin    *plugintest.Plugin
 	vm        *volumemanager.VolumeManager
 	handle    string
+	// configure changes the agent's Config; httpEndpoint is the
+	// HTTPEndpoint it set.
+	configure    func(*volumemanager.Config)
+	httpEndpoint string
 	// stop stops the running agent and waits for it.
 	stop func()
 }
@@ -46,11 +50,23 @@ func (n *standaloneNode) pvName() string { return "pv-demo" }
 // manifest directory, then starts the agent on it.
 func startStandalone(t *testing.T, caps plugin.Capabilities, extra map[string]string) *standaloneNode {
 	t.Helper()
+	return startStandaloneConfigured(t, caps, extra, nil)
+}
+
+// startStandaloneWith starts a standalone node whose agent's Config
+// configure changes.
+func startStandaloneWith(t *testing.T, configure func(*volumemanager.Config)) *standaloneNode {
+	t.Helper()
+	return startStandaloneConfigured(t, plugin.Capabilities{StageUnstage: true}, nil, configure)
+}
+
+func startStandaloneConfigured(t *testing.T, caps plugin.Capabilities, extra map[string]string, configure func(*volumemanager.Config)) *standaloneNode {
+	t.Helper()
 	base, err := os.MkdirTemp("", "sa")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &standaloneNode{t: t, root: filepath.Join(base, "r"), manifests: filepath.Join(base, "m")}
+	n := &standaloneNode{t: t, root: filepath.Join(base, "r"), manifests: filepath.Join(base, "m"), configure: configure}
 	regDir := filepath.Join(n.root, "plugins_registry")
 	for _, d := range []string{regDir, n.manifests} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
@@ -109,14 +125,19 @@ func (n *standaloneNode) start() {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
-	vm, err := volumemanager.New(ctx, volumemanager.Config{
+	cfg := volumemanager.Config{
 		NodeName: "standalone-node", RootDir: n.root, Manifests: n.manifests,
 		Tuning: volumemanager.Tuning{
 			Reconciler:             reconciler.Config{RetryBaseDelay: 50 * time.Millisecond, RetryMaxDelay: time.Second, ShutdownGrace: 5 * time.Second},
 			RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second,
 			ManifestsDebounce: 10 * time.Millisecond,
 		},
-	})
+	}
+	if n.configure != nil {
+		n.configure(&cfg)
+	}
+	n.httpEndpoint = cfg.HTTPEndpoint
+	vm, err := volumemanager.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

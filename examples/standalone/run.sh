@@ -41,7 +41,8 @@ reg=$demo/registry root=$demo/root manifests=$demo/manifests plugin=$demo/plugin
 mkdir -p "$reg" "$root" "$manifests" "$plugin"
 agent_pid='' plugin_pid='' sleeper='' finished=''
 
-status() { "$BIN/csi-volmgr" status --server "http://$http" "$@"; }
+# The client talks to the agent's root-only API socket, $root/csi-volmgr.sock.
+status() { "$BIN/csi-volmgr" status --root-dir "$root" "$@"; }
 published() { status -o json | grep -q '"state": "Published"'; }
 no_volumes() { [[ $(status -o json | tr -d ' \n') == "[]" ]]; }
 alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; }
@@ -153,7 +154,7 @@ wait_for published
 echo
 status
 echo
-"$BIN/csi-volmgr" drivers --server "http://$http"
+"$BIN/csi-volmgr" drivers --root-dir "$root"
 echo
 target=$(status -o json | sed -n 's/.*"targetPath": "\(.*\)".*/\1/p' | head -n1)
 say "The pod's volume is mounted at $target"

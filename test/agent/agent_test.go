@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
@@ -25,8 +26,10 @@ import (
 // server and the real test plugin (issue 6): it is live at once but ready
 // only once it could sync with the API server; a pod with a claim on the
 // plugin gets its volume staged and published, which `csi-volmgr status -o
-// json` shows and /metrics counts; it writes nothing surprising to the API
-// server or the disk; and SIGTERM ends it with exit code 0 and no unmount.
+// json` shows (on the agent's root-only socket, its default) and /metrics
+// counts, while the TCP endpoint serves the volumes to no one without a
+// token; it writes nothing surprising to the API server or the disk; and
+// SIGTERM ends it with exit code 0 and no unmount.
 func TestAgentPublishesPodVolume(t *testing.T) {
 	t.Parallel()
 	env := newGatedEnv(t)
@@ -69,6 +72,13 @@ func TestAgentPublishesPodVolume(t *testing.T) {
 	}}
 	if diff := cmp.Diff(want, vols); diff != "" {
 		t.Errorf("csi-volmgr status -o json (-want +got):\n%s", diff)
+	}
+
+	if code, body, err := n.agent.GetTCP(ctx, agenttest.VolumesPath); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("%s over TCP without a token = %d %q, %v; want 401", agenttest.VolumesPath, code, body, err)
+	}
+	if code, _, err := n.agent.GetTCP(ctx, agenttest.MetricsPath); err != nil || code != http.StatusOK {
+		t.Errorf("%s over TCP = %d, %v; want 200", agenttest.MetricsPath, code, err)
 	}
 
 	drivers, err := n.agent.DriversCommand(ctx)
@@ -268,7 +278,7 @@ func checkNothingSurprising(t *testing.T, n *node, pod *corev1.Pod, vol claimedV
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if want := []string{"plugins", "plugins_registry", "pods"}; !slices.Equal(names, want) {
+	if want := []string{volumemanager.SocketName, "plugins", "plugins_registry", "pods"}; !slices.Equal(names, want) {
 		t.Errorf("root directory holds %v, want %v", names, want)
 	}
 }

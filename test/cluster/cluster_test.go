@@ -25,6 +25,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin/plugintest"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // Driver names of the two CSI test plugins: one whose volumes the
@@ -58,8 +59,9 @@ type cluster struct {
 	attach     *plugintest.Plugin
 	noAttach   *plugintest.Plugin
 	runtime    *process.Process
-	// agentHTTP is the embedded csi-volmgr's HTTP endpoint.
-	agentHTTP string
+	// agentHTTP is the embedded csi-volmgr's HTTP endpoint; agentSocket
+	// its API socket, which serves the JSON API without credentials.
+	agentHTTP, agentSocket string
 	// kubeletAPI is the runtime's kubelet endpoint (HTTPS, /stats/summary).
 	kubeletAPI string
 }
@@ -156,6 +158,7 @@ func startCluster(t testing.TB, runtimeArgs ...string) *cluster {
 		t.Fatal(err)
 	}
 	c.agentHTTP = "127.0.0.1:" + freePort(t)
+	c.agentSocket = volumemanager.SocketPath(root)
 	kubeletPort := freePort(t)
 	c.kubeletAPI = "127.0.0.1:" + kubeletPort
 	c.runtime = startProc(t, dir, "example-runtime", rt, append([]string{

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -174,7 +175,7 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 	// The agent's status API names the pod and its published paths, and
 	// the group of pv-data.
 	var state volumemanager.PodVolumes
-	getJSON(t, "http://"+c.agentHTTP+"/api/v1/pods/"+c.namespace+"/app", &state)
+	getJSON(t, c.agentSocket, "/api/v1/pods/"+c.namespace+"/app", &state)
 	if state.UID != created.UID || state.State != volumemanager.PodVolumesReady || len(state.Volumes) != 5 {
 		t.Errorf("agent's pod status %+v: want Ready with 5 volumes", state)
 	}
@@ -344,15 +345,22 @@ func processesOf(t *testing.T, pod string) []int {
 	return pids
 }
 
-func getJSON(t *testing.T, url string, v any) {
+// getJSON asks the agent's API socket for path and decodes the answer.
+func getJSON(t *testing.T, socket, path string, v any) {
 	t.Helper()
-	resp, err := http.Get(url)
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}
+	resp, err := client.Get("http://csi-volmgr" + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
+		t.Fatalf("GET %s on %s: %s", path, socket, resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)

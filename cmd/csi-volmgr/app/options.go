@@ -9,6 +9,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // RunOptions are the flags of `csi-volmgr run`.
@@ -76,12 +77,12 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node whose pods this agent serves. With an API server the agent acts only while that Node carries the label csi-volmgr.io/volume-manager=csi-volmgr (--register-node sets it; a runtime beside the agent sets it on its Node); on any other Node, a kubelet's, it mounts and writes nothing and /readyz fails.")
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Root directory of the agent's state (kubelet layout below it).")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", o.RegistrationDir, "Directory of plugin-registration sockets; empty means <root-dir>/plugins_registry.")
-	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", o.HTTPEndpoint, "Address of /metrics, /healthz, /readyz and the JSON status API; empty disables it.")
-	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (pprof) under /debug/pprof/ on --http-endpoint.")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", o.HTTPEndpoint, "TCP address of /metrics, /healthz, /livez and /readyz (open to anyone) and of the API under /api/ and /debug/pprof/, served only to requests the API server authenticates (bearer token, TokenReview) and authorizes (SubjectAccessReview of get, create or update on nodes/csi-volmgr of --node-name; none with --manifests); empty disables it. The whole API is always served without credentials on the root-only socket <root-dir>/"+volumemanager.SocketName+".")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (pprof) under /debug/pprof/ on the API socket, and on --http-endpoint to authorized callers.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every volume is reconciled again, besides events.")
 	fs.DurationVar(&o.CSITimeout, "csi-timeout", o.CSITimeout, "Timeout of one CSI call.")
 	fs.BoolVar(&o.RemoveTerminating, "remove-terminating-pods", o.RemoveTerminating, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
-	fs.BoolVar(&o.WaitForStopped, "wait-for-containers-stopped", o.WaitForStopped, "A runtime beside the agent runs the pods' containers: tear a pod's volumes down once the runtime said its containers stopped (POST /api/v1/pods/NAMESPACE/NAME/containers-stopped?uid=UID), the pod is terminal or it left the API server, never only because it is marked for deletion.")
+	fs.BoolVar(&o.WaitForStopped, "wait-for-containers-stopped", o.WaitForStopped, "A runtime beside the agent runs the pods' containers: tear a pod's volumes down once the runtime said its containers stopped (POST /api/v1/pods/NAMESPACE/NAME/containers-stopped?uid=UID on the API socket), the pod is terminal or it left the API server, never only because it is marked for deletion.")
 	fs.BoolVar(&o.ClusterWideInformers, "cluster-wide-informers", o.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
 	fs.DurationVar(&o.SettledObjectResync, "settled-object-resync", o.SettledObjectResync, "When positive, a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is no longer watched but read again about this often (jittered): fewer watches on the API server, changes such as an expansion seen up to this late. 0 watches every referenced object while it is referenced.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "QPS of the API client.")

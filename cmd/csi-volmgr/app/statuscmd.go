@@ -3,9 +3,12 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,38 +19,93 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
+// clientOptions choose how the client commands reach the agent: its API
+// socket by default (root only, no credentials), or its --http-endpoint
+// with a bearer token the API server authorizes.
 type clientOptions struct {
-	server string
-	output string
+	rootDir   string
+	socket    string
+	server    string
+	token     string
+	tokenFile string
+	output    string
 }
 
 func (o *clientOptions) addFlags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.server, "server", "http://127.0.0.1:9809", "Address of the agent's --http-endpoint.")
+	cmd.Flags().StringVar(&o.rootDir, "root-dir", "/var/lib/csi-volmgr", "The agent's --root-dir: the client talks to its API socket <root-dir>/"+volumemanager.SocketName+" (root only) unless --socket or --server is given.")
+	cmd.Flags().StringVar(&o.socket, "socket", "", "Path of the agent's API socket; empty means <root-dir>/"+volumemanager.SocketName+".")
+	cmd.Flags().StringVar(&o.server, "server", "", "Address of the agent's --http-endpoint (e.g. http://127.0.0.1:9809) to use instead of the socket; its API needs --token or --token-file, a bearer token that the API server authenticates and authorizes for get on nodes/csi-volmgr of the agent's Node.")
+	cmd.Flags().StringVar(&o.token, "token", "", "Bearer token for --server.")
+	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "File holding the bearer token for --server (e.g. a projected ServiceAccount token).")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "Output format: table or json.")
 }
 
 func (o *clientOptions) validate() error {
+	var errs []error
 	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("--output %q: want table or json", o.output)
+		errs = append(errs, fmt.Errorf("--output %q: want table or json", o.output))
 	}
-	return nil
+	if o.server != "" && o.socket != "" {
+		errs = append(errs, errors.New("--server and --socket cannot be used together"))
+	}
+	if o.token != "" && o.tokenFile != "" {
+		errs = append(errs, errors.New("--token and --token-file cannot be used together"))
+	}
+	if o.server == "" && (o.token != "" || o.tokenFile != "") {
+		errs = append(errs, errors.New("--token and --token-file are for --server: the socket needs none"))
+	}
+	return errors.Join(errs...)
+}
+
+// target returns the URL prefix of the agent, the client that reaches it,
+// the bearer token to send (empty for the socket) and how to name the
+// agent in errors.
+func (o *clientOptions) target() (base string, client *http.Client, token, name string, err error) {
+	if o.server == "" {
+		socket := o.socket
+		if socket == "" {
+			socket = volumemanager.SocketPath(o.rootDir)
+		}
+		dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}
+		// The host is never resolved: every connection goes to the socket.
+		return "http://csi-volmgr", &http.Client{Transport: &http.Transport{DialContext: dial}}, "", "the agent's socket " + socket, nil
+	}
+	base = strings.TrimSuffix(o.server, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	token = o.token
+	if o.tokenFile != "" {
+		data, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return "", nil, "", "", fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(data))
+	}
+	return base, http.DefaultClient, token, "the agent at " + o.server, nil
 }
 
 // get fetches path from the agent and decodes it into v, returning the raw body too.
 func (o *clientOptions) get(ctx context.Context, path string, v any) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	server := strings.TrimSuffix(o.server, "/")
-	if !strings.Contains(server, "://") {
-		server = "http://" + server
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
+	base, client, token, name, err := o.target()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
-		return nil, fmt.Errorf("asking the agent at %s: %w", o.server, err)
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("asking %s: %w", name, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
@@ -55,7 +113,7 @@ func (o *clientOptions) get(ctx context.Context, path string, v any) ([]byte, er
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("agent at %s answered %s: %s", o.server, resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("%s answered %s: %s", name, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return body, json.Unmarshal(body, v)
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/test/process"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 const (
@@ -62,6 +63,8 @@ type Agent struct {
 	RootDir, RegistrationDir string
 	// HTTPEndpoint is --http-endpoint, a free 127.0.0.1 port.
 	HTTPEndpoint string
+	// SocketPath is the agent's API socket, <RootDir>/csi-volmgr.sock.
+	SocketPath string
 	// KubeconfigPath and LogFile are the files the agent reads and writes.
 	KubeconfigPath, LogFile string
 
@@ -115,6 +118,7 @@ func Prepare(opts Options) (*Agent, error) {
 		binary:         bin,
 	}
 	a.RegistrationDir = filepath.Join(a.RootDir, "plugins_registry")
+	a.SocketPath = volumemanager.SocketPath(a.RootDir)
 	if err := os.MkdirAll(a.RegistrationDir, 0o750); err != nil {
 		return nil, errors.Join(fmt.Errorf("create registration directory: %w", err), os.RemoveAll(dir))
 	}
@@ -185,7 +189,7 @@ func (a *Agent) stopAtCleanup() {
 	})
 }
 
-// serving tells when a started agent is ready: it serves /healthz.
+// serving tells when a started agent is ready: it serves /healthz on its API socket.
 func (a *Agent) serving(ctx context.Context, _ int) error {
 	return pollUntil(ctx, func(ctx context.Context) (bool, error) {
 		code, _, err := a.Get(ctx, HealthzPath)

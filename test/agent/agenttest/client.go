@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"time"
@@ -20,7 +21,9 @@ import (
 // requestTimeout bounds one request to the agent's HTTP endpoint.
 const requestTimeout = 10 * time.Second
 
-// Paths served on the agent's --http-endpoint.
+// Paths of the agent's API. The API socket serves them all; the TCP
+// --http-endpoint serves the health checks and metrics to anyone and the
+// JSON API only with credentials.
 const (
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
@@ -29,25 +32,46 @@ const (
 	DriversPath = "/api/v1/drivers"
 )
 
-// URL returns the agent's URL of path.
+// URL returns the URL of path on the agent's TCP endpoint.
 func (a *Agent) URL(path string) string { return "http://" + a.HTTPEndpoint + path }
 
-// Get asks the agent for path and returns the HTTP status code and body.
+// Get asks the agent for path on its API socket, as root, and returns the
+// HTTP status code and body.
 func (a *Agent) Get(ctx context.Context, path string) (int, []byte, error) {
+	return a.get(ctx, a.socketClient(), "http://csi-volmgr"+path)
+}
+
+// GetTCP asks the agent for path on its TCP endpoint, without credentials.
+func (a *Agent) GetTCP(ctx context.Context, path string) (int, []byte, error) {
+	return a.get(ctx, http.DefaultClient, a.URL(path))
+}
+
+// socketClient returns a client whose every connection goes to the API
+// socket.
+func (a *Agent) socketClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", a.SocketPath)
+		},
+	}}
+}
+
+func (a *Agent) get(ctx context.Context, client *http.Client, url string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL(path), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("GET %s: %w", path, err)
+		return 0, nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, nil, fmt.Errorf("GET %s: %w", path, err)
+		return resp.StatusCode, nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	return resp.StatusCode, body, nil
 }
@@ -79,14 +103,14 @@ func (a *Agent) Drivers(ctx context.Context) ([]volumemanager.DriverStatus, erro
 	return drivers, a.getJSON(ctx, DriversPath, &drivers)
 }
 
-// StatusCommand runs `csi-volmgr status -o json --server <endpoint>`, the client a user runs,
-// and decodes its output.
+// StatusCommand runs `csi-volmgr status -o json --root-dir <root>`, the client a user runs on
+// the node (it talks to the API socket of the root directory), and decodes its output.
 func (a *Agent) StatusCommand(ctx context.Context) ([]volumemanager.VolumeStatus, error) {
 	var vols []volumemanager.VolumeStatus
 	return vols, a.runClient(ctx, "status", &vols)
 }
 
-// DriversCommand runs `csi-volmgr drivers -o json --server <endpoint>` and decodes its output.
+// DriversCommand runs `csi-volmgr drivers -o json --root-dir <root>` and decodes its output.
 func (a *Agent) DriversCommand(ctx context.Context) ([]volumemanager.DriverStatus, error) {
 	var drivers []volumemanager.DriverStatus
 	return drivers, a.runClient(ctx, "drivers", &drivers)
@@ -98,7 +122,7 @@ func (a *Agent) runClient(ctx context.Context, command string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, a.binary, command, "-o", "json", "--server", a.URL(""))
+	cmd := exec.CommandContext(ctx, a.binary, command, "-o", "json", "--root-dir", a.RootDir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("csi-volmgr %s: %w: %s", command, err, bytes.TrimSpace(stderr.Bytes()))

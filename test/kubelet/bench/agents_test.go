@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/csi-volmgr/csi-volmgr/test/gobuild"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // agentVerbosity is both agents' -v: the kubelet's default log level is 0
@@ -40,6 +41,10 @@ type agentKind struct {
 	name, short string
 	binary      *gobuild.Binary
 	args        func(kubeconfig, node, root, regDir, httpAddr string) []string
+	// socket, if set, is where its JSON API and /debug/pprof/ are served
+	// instead of httpAddr (csi-volmgr serves them on its root-only socket;
+	// its TCP endpoint asks the API server for credentials).
+	socket func(root string) string
 	// heapMetric is the Go collector's heap gauge on its /metrics.
 	heapMetric string
 	// readyMetric is the histogram of its own "pod's volumes ready" signal,
@@ -94,6 +99,7 @@ var (
 				"--settled-object-resync=5m",
 			}
 		},
+		socket:      volumemanager.SocketPath,
 		heapMetric:  "go_memstats_heap_inuse_bytes",
 		readyMetric: "csi_volmgr_pod_volumes_ready_seconds",
 	}
@@ -144,6 +150,9 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 	}
 	a.proc = &process{binary: bin, logFile: filepath.Join(dir, kind.short+".log"), httpAddr: addr,
 		args: kind.args(kubeconfig, w.fx.NodeName, a.root, a.regDir, addr)}
+	if kind.socket != nil {
+		a.proc.socket = kind.socket(a.root)
+	}
 	tb.Cleanup(func() {
 		if err := a.stop(tb, w); err != nil {
 			tb.Errorf("stopping %s: %v", kind.name, err)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,9 @@ const (
 type process struct {
 	binary, logFile, httpAddr string
 	args                      []string
+	// socket, if set, serves every path but /healthz, /readyz and
+	// /metrics (see agentKind.socket).
+	socket string
 
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -177,15 +181,25 @@ func pidRSS(pid int) (uint64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// get asks the process for path.
+// get asks the process for path: on its socket if it has one, except for
+// the health checks and metrics of its TCP endpoint.
 func (p *process) get(ctx context.Context, path string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+path, nil)
+	url, client := "http://"+p.httpAddr+path, http.DefaultClient
+	if p.socket != "" && !slices.Contains([]string{"/healthz", "/readyz", "/metrics"}, path) {
+		url, client = "http://csi-volmgr"+path, &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", p.socket)
+			},
+		}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

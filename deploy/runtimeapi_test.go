@@ -1,0 +1,133 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+)
+
+// runtimeAPIRoleName is the ClusterRole deploy/base documents for callers
+// of the agent's TCP API.
+const runtimeAPIRoleName = "csi-volmgr-runtime-api"
+
+var (
+	runtimeAPIRoleMu    sync.Mutex
+	runtimeAPIRoleRules []rbacv1.PolicyRule
+)
+
+// runtimeAPIRules returns the rules of the ClusterRole csi-volmgr-runtime-api
+// as deploy/base renders it, rendered once per test binary.
+func runtimeAPIRules(tb testing.TB) []rbacv1.PolicyRule {
+	tb.Helper()
+	runtimeAPIRoleMu.Lock()
+	defer runtimeAPIRoleMu.Unlock()
+	if runtimeAPIRoleRules == nil {
+		role := convert[rbacv1.ClusterRole](tb, find(tb, render(tb, "base"), "ClusterRole", "", runtimeAPIRoleName))
+		runtimeAPIRoleRules = role.Rules
+	}
+	return runtimeAPIRoleRules
+}
+
+// runtimeAPIAnswers asks the agent's TCP endpoint for its volumes as a
+// runtime beside it would: without a token the answer is 401; with the
+// token of a ServiceAccount bound to csi-volmgr-runtime-api, which the
+// agent reviews with the API server (TokenReview, SubjectAccessReview:
+// the agent's own grants), the answer lists the pod's volume.
+func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
+	t, c, ns := s.t, s.f.Client, s.f.Namespace
+	url := "http://" + s.agent.HTTPEndpoint + volumemanager.VolumesPath
+	code, body, err := get(ctx, url, "")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusUnauthorized {
+		return fmt.Errorf("GET %s without a token answered %d %q, want 401", url, code, body)
+	}
+
+	sa, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runtime"}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating the runtime's ServiceAccount: %w", err)
+	}
+	name := ns + "-" + runtimeAPIRoleName
+	rbac := c.RbacV1()
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: runtimeAPIRules(t)}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	t.Cleanup(func() { ignoreNotFound(t, rbac.ClusterRoles().Delete(cleanupContext(t), name, metav1.DeleteOptions{})) })
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	t.Cleanup(func() {
+		ignoreNotFound(t, rbac.ClusterRoleBindings().Delete(cleanupContext(t), name, metav1.DeleteOptions{}))
+	})
+	// The agent caches a denial for 30 s: ask it only once the API server
+	// itself allows the access.
+	user := "system:serviceaccount:" + ns + ":" + sa.Name
+	if err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		got, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "csi-volmgr", Name: s.f.NodeName},
+		}}, metav1.CreateOptions{})
+		return err == nil && got.Status.Allowed, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the API server to authorize %s on nodes/csi-volmgr: %w", user, err)
+	}
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating the runtime's token: %w", err)
+	}
+	return s.eventually(ctx, func(ctx context.Context) error {
+		code, body, err := get(ctx, url, tr.Status.Token)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("GET %s with the runtime's token answered %d: %s", url, code, body)
+		}
+		var vols []volumemanager.VolumeStatus
+		if err := json.Unmarshal([]byte(body), &vols); err != nil {
+			return err
+		}
+		if len(vols) != 1 || vols[0].Handle != s.Handle {
+			return fmt.Errorf("GET %s listed %+v, want the volume %s", url, vols, s.Handle)
+		}
+		return nil
+	})
+}
+
+// get asks url with the bearer token, if any, and returns the status code
+// and the body.
+func get(ctx context.Context, url, token string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body)), err
+}

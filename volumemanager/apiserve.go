@@ -1,0 +1,105 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/csiclient/unixsock"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
+)
+
+// SocketName is the name of the API socket in the root directory.
+const SocketName = "csi-volmgr.sock"
+
+// SocketPath returns the path of the API socket of the agent whose root
+// directory is rootDir: a unix socket of mode 0600 owned by the agent's
+// user (root), on which Handler serves the whole API to whoever may open
+// it, as the kubelet's pod-resources socket.
+func SocketPath(rootDir string) string { return filepath.Join(rootDir, SocketName) }
+
+// openPaths are what the TCP endpoint serves to anyone: the metrics and
+// the health checks (with their named checks below them).
+var openPaths = []string{"/metrics", "/healthz", "/healthz/", "/livez", "/livez/", "/readyz", "/readyz/"}
+
+// guardedPaths are what the TCP endpoint serves only to callers the API
+// server authenticated and authorized (apiauth), and never without one.
+var guardedPaths = []string{"/api/", "/debug/pprof/"}
+
+// tcpHandler is what the TCP endpoint serves of full: openPaths, and
+// guardedPaths through guard; with a nil guard (no API server) only
+// openPaths.
+func tcpHandler(full http.Handler, guard *apiauth.Guard) http.Handler {
+	mux := http.NewServeMux()
+	for _, p := range openPaths {
+		mux.Handle(p, full)
+	}
+	if guard != nil {
+		guarded := guard.Wrap(full)
+		for _, p := range guardedPaths {
+			mux.Handle(p, guarded)
+		}
+	}
+	return mux
+}
+
+// listen binds the API socket and, with Config.HTTPEndpoint, the TCP
+// endpoint, and builds the TCP endpoint's guard in cluster mode. The
+// socket is bound with unixsock (0600 from the start; a stale socket is
+// replaced, anything else at its path is an error).
+func (vm *VolumeManager) listen() error {
+	var err error
+	if vm.socket, err = unixsock.Listen(SocketPath(vm.cfg.RootDir)); err != nil {
+		return &ConfigError{Field: "RootDir", Err: fmt.Errorf("the API socket: %w", err)}
+	}
+	if vm.cfg.HTTPEndpoint == "" {
+		return nil
+	}
+	if vm.cfg.KubeClient != nil {
+		if vm.guard, err = apiauth.New(apiauth.Config{Client: vm.cfg.KubeClient, NodeName: vm.cfg.NodeName}); err != nil {
+			return errors.Join(err, vm.socket.Close())
+		}
+	}
+	if vm.listener, err = net.Listen("tcp", vm.cfg.HTTPEndpoint); err != nil {
+		return errors.Join(&ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", vm.cfg.HTTPEndpoint, err)}, vm.socket.Close())
+	}
+	return nil
+}
+
+// serveHTTP serves Handler on the API socket and tcpHandler on the TCP
+// endpoint until the returned stop is called, which gives the requests in
+// flight 5 s and removes the socket. The requests' contexts carry ctx's
+// logger.
+func (vm *VolumeManager) serveHTTP(ctx context.Context, wg *sync.WaitGroup) (stop func()) {
+	logger := klog.FromContext(ctx)
+	base := context.WithoutCancel(ctx)
+	full := vm.Handler()
+	var servers []*http.Server
+	serve := func(name string, l net.Listener, h http.Handler) {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+		servers = append(servers, srv)
+		wg.Go(func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "HTTP server failed", "listener", name)
+			}
+		})
+	}
+	serve("socket", vm.socket, full)
+	if vm.listener != nil {
+		serve("tcp", vm.listener, tcpHandler(full, vm.guard))
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(base, 5*time.Second)
+		defer cancel()
+		for _, srv := range servers {
+			_ = srv.Shutdown(sctx)
+		}
+	}
+}
