@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,10 @@ type clusterNode struct {
 	vm     *volumemanager.VolumeManager
 	plugin *plugintest.Plugin
 	handle string
+	// cfg is the volume manager's Config, for restart; stop stops the
+	// volume manager and waits for it (more than once is fine).
+	cfg  volumemanager.Config
+	stop func()
 }
 
 // startClusterNode starts it with the Config that configure changes.
@@ -53,8 +58,6 @@ type clusterNodeOptions struct {
 func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOptions) *clusterNode {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
 	base, err := os.MkdirTemp("", "cn")
 	if err != nil {
 		t.Fatal(err)
@@ -102,19 +105,40 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	if n.vm, err = volumemanager.New(ctx, cfg); err != nil {
+	n.cfg = cfg
+	n.start(t)
+	return n
+}
+
+// start starts a volume manager with n.cfg until the test ends or n.stop.
+func (n *clusterNode) start(t *testing.T) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
+	vm, err := volumemanager.New(ctx, n.cfg)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
+	n.vm = vm
 	errs := make(chan error, 1)
-	go func() { errs <- n.vm.Run(ctx) }()
-	t.Cleanup(func() {
+	go func() { errs <- vm.Run(ctx) }()
+	n.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("agent stopped with an error: %v", err)
 		}
 	})
-	return n
+	t.Cleanup(n.stop)
+}
+
+// restart stops the volume manager and starts a new one on the same root
+// with the same plugin: an agent restart.
+func (n *clusterNode) restart(t *testing.T) {
+	t.Helper()
+	n.stop()
+	n.start(t)
 }
 
 // okCalls returns the methods of the plugin's successful calls on the
