@@ -239,9 +239,9 @@ func supplementalGroups(vols []MountedVolume) []int64 {
 // ContainersStopped tells the volume manager that the pod's containers
 // have stopped and will not run again, so that its volumes may be torn
 // down. With Config.WaitForContainersStopped it is what lets the volumes
-// of a pod marked for deletion go (besides the pod's terminal phase or its
-// removal from the API server); a runtime calls it after its containers
-// are gone, then WaitForUnmount. It never blocks.
+// of a pod marked for deletion or gone from the API server go (besides the
+// pod's terminal phase and RunningPods); a runtime calls it after its
+// containers are gone, then WaitForUnmount. It never blocks.
 //
 // The signal counts whatever the API server says: for a pod force-deleted
 // from it, and for a pod whose volumes were found on disk at start.
