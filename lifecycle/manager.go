@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
@@ -25,6 +26,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconciler"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/reconstruct"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/republish"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/runtimepods"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/stats"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
@@ -92,8 +94,10 @@ type Config struct {
 	RemoveTerminatingPods bool
 	// WaitForContainersStopped is set when a runtime runs the pods'
 	// containers: a pod's volumes are torn down once the runtime said its
-	// containers stopped (ContainersStopped), the pod is terminal or it left
-	// the node, never only because it is marked for deletion.
+	// containers stopped (ContainersStopped, or a RunningPods report
+	// without the pod) or the pod is terminal, never only because it is
+	// marked for deletion or gone from the API server
+	// (lifecycle/runtimepods).
 	WaitForContainersStopped bool
 	// PodObserver, when set, is told of every change of a pod's volumes.
 	PodObserver PodObserver
@@ -168,6 +172,9 @@ type Manager struct {
 	// owner tells whether the agent owns its Node: always in standalone
 	// mode, while the Node carries nodeowner.Label in cluster mode.
 	owner *nodeowner.Gate
+	// holds is the runtime's word on its pods; nil without
+	// WaitForContainersStopped.
+	holds *runtimepods.Pods
 
 	// reconstructed is closed once Run has rebuilt the actual state;
 	// reconstruction is set before.
@@ -225,12 +232,19 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.SELinux != nil {
 		seLinux = cfg.SELinux
 	}
+	var terminal func(types.UID)
+	if cfg.WaitForContainersStopped {
+		if m.holds, err = m.newRuntimePods(ctx); err != nil {
+			return nil, errors.Join(err, m.mode.close())
+		}
+		terminal = m.holds.Terminal
+	}
 	if m.pop, err = populator.New(populator.Config{
 		Source: in.source, DesiredState: m.desire, Policies: cfg.Policies,
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
 		Node:                     in.node, SELinux: seLinux,
-		Published: publishedIn{m.world},
+		Published: publishedIn{m.world}, Terminal: terminal,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -276,6 +290,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	rcfg.MetricsProvider = met.WorkqueueProvider()
 	if cfg.ResyncPeriod != 0 {
 		rcfg.ResyncPeriod = cfg.ResyncPeriod
+	}
+	if m.holds != nil {
+		rcfg.Holds = m.holds
+		// Before the reconciler's: a pod's leaving is noted before its
+		// teardown is considered.
+		m.desire.Subscribe(m.holds.DesiredStateHandler())
 	}
 	if m.rec, err = reconciler.New(rcfg); err != nil {
 		return nil, errors.Join(err, m.mode.close())

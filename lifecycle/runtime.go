@@ -64,6 +64,43 @@ func (m *Manager) PodVolumes(uid types.UID) []asw.Pod { return m.world.PodVolume
 
 // ContainersStopped tells the lifecycle that the pod's containers have
 // stopped and will not run again: its volumes may be torn down. With
-// Config.WaitForContainersStopped this, the pod's terminal phase or the
-// pod leaving the node are what tear a pod's volumes down.
-func (m *Manager) ContainersStopped(uid types.UID) { m.pop.ContainersStopped(uid) }
+// Config.WaitForContainersStopped this, a running-pods report without the
+// pod (RunningPods) or the pod's terminal phase are what tear a pod's
+// volumes down; a pod that merely left the API server keeps them. The
+// signal counts for a pod the API server no longer has, and for one found
+// only on disk at start.
+func (m *Manager) ContainersStopped(uid types.UID) {
+	if m.holds != nil {
+		m.holds.ContainersStopped(uid)
+	}
+	m.pop.ContainersStopped(uid)
+}
+
+// RunningPods gives the runtime's report of the pods whose containers it
+// still runs (Config.WaitForContainersStopped; ignored otherwise): a pod
+// that left the desired state before the report and is not in it — or
+// was found on disk at start and is not in it — has its volumes torn down.
+func (m *Manager) RunningPods(uids []types.UID) {
+	if m.holds != nil {
+		m.holds.Running(uids)
+	}
+}
+
+// AwaitingRuntime says whether the pod left the desired state and its
+// volumes stay until its runtime says its containers stopped, and why.
+// A runtime that never reports keeps them forever: nothing is unmounted,
+// and the pod is counted in csi_volmgr_pods_awaiting_runtime.
+func (m *Manager) AwaitingRuntime(uid types.UID) (reason string, awaiting bool) {
+	if m.holds == nil {
+		return "", false
+	}
+	return m.holds.Waiting(uid)
+}
+
+// PodsAwaitingRuntime returns the pods AwaitingRuntime holds, unsorted.
+func (m *Manager) PodsAwaitingRuntime() []types.UID {
+	if m.holds == nil {
+		return nil
+	}
+	return m.holds.WaitingPods()
+}

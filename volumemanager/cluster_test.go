@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +34,14 @@ type clusterNode struct {
 	handle string
 	// root is the agent's root directory.
 	root string
-	// logs holds what the agent logged.
+	// logs holds what the agent logged, every start of it.
 	logs ktesting.Buffer
+	// logger is the agent's logger (logs is its buffer).
+	logger klog.Logger
+	// cfg is the volume manager's Config, for restart; stop stops the
+	// volume manager and waits for it (more than once is fine).
+	cfg  volumemanager.Config
+	stop func()
 }
 
 // startClusterNode starts it with the Config that configure changes.
@@ -61,8 +68,7 @@ type clusterNodeOptions struct {
 func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOptions) *clusterNode {
 	t.Helper()
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	ctx = klog.NewContext(ctx, logger.WithName("agent"))
+	ctx := klog.NewContext(t.Context(), logger)
 	base, err := os.MkdirTemp("", "cn")
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +98,7 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 	t.Cleanup(func() {
 		_ = f.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(t.Context()), driver, metav1.DeleteOptions{})
 	})
-	n := &clusterNode{root: root, logs: logger.GetSink().(ktesting.Underlier).GetBuffer(), plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
+	n := &clusterNode{root: root, logger: logger, logs: logger.GetSink().(ktesting.Underlier).GetBuffer(), plugin: plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir, Capabilities: &plugin.Capabilities{StageUnstage: true}})}
 	n.handle = createVolume(t, n.plugin)
 	var changePV []func(*corev1.PersistentVolume)
 	if opts.PV != nil {
@@ -114,19 +120,41 @@ func startClusterNodeWith(t *testing.T, f *k8stest.Fixture, opts clusterNodeOpti
 		// The agent acts only on a Node that carries the owner label.
 		f.CreateNode(t)
 	}
-	if n.vm, err = volumemanager.New(ctx, cfg); err != nil {
+	n.cfg = cfg
+	n.start(t)
+	return n
+}
+
+// start starts a volume manager with n.cfg until the test ends or n.stop.
+func (n *clusterNode) start(t *testing.T) {
+	t.Helper()
+	// Not t.Context(): it ends before the cleanups, and the agent must stop
+	// before the plugin's cleanup.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	ctx = klog.NewContext(ctx, n.logger.WithName("agent"))
+	vm, err := volumemanager.New(ctx, n.cfg)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
+	n.vm = vm
 	errs := make(chan error, 1)
-	go func() { errs <- n.vm.Run(ctx) }()
-	t.Cleanup(func() {
+	go func() { errs <- vm.Run(ctx) }()
+	n.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("agent stopped with an error: %v", err)
 		}
 	})
-	return n
+	t.Cleanup(n.stop)
+}
+
+// restart stops the volume manager and starts a new one on the same root
+// with the same plugin: an agent restart.
+func (n *clusterNode) restart(t *testing.T) {
+	t.Helper()
+	n.stop()
+	n.start(t)
 }
 
 // okCalls returns the methods of the plugin's successful calls on the

@@ -58,10 +58,13 @@ type Config struct {
 	// WaitForContainersStopped is for a runtime that runs the pods'
 	// containers (virtual-kubelet provider, sandbox host): a pod's volumes
 	// are torn down once the runtime said its containers stopped
-	// (VolumeManager.ContainersStopped, or the HTTP API), the pod reached a
-	// terminal phase or it left the API server (or the manifests) — never
-	// only because it is marked for deletion, while its containers may
-	// still use the mounts.
+	// (VolumeManager.ContainersStopped, or the HTTP API), its report of the
+	// pods it runs no longer has the pod (VolumeManager.RunningPods, or PUT
+	// /api/v1/running-pods) or the pod reached a terminal phase — never
+	// only because it is marked for deletion or left the API server (or
+	// the manifests), while its containers may still use the mounts. A
+	// runtime that never reports keeps such volumes mounted
+	// (PodVolumesAwaitingRuntime).
 	WaitForContainersStopped bool
 	// ClusterWideInformers caches every PVC, PV and VolumeAttachment of the
 	// cluster instead of watching the referenced ones by name (small

@@ -40,10 +40,13 @@ const (
 //	                                                    504 with the current state when the timeout ends first
 //	POST /api/v1/pods/{namespace}/{name}/containers-stopped?uid=U
 //	                                                    the runtime's "the pod's containers stopped" (202)
+//	PUT  /api/v1/running-pods {"uids": [...]}         the runtime's report of the pods it still runs (204)
 func (vm *VolumeManager) registerPodAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+PodsPath, func(w http.ResponseWriter, _ *http.Request) {
 		out := []PodVolumes{}
-		for _, uid := range vm.waiters.uids() {
+		uids := append(vm.waiters.uids(), vm.manager.PodsAwaitingRuntime()...)
+		slices.Sort(uids)
+		for _, uid := range slices.Compact(uids) {
 			if p, ok := vm.PodVolumes(uid); ok {
 				out = append(out, p)
 			}
@@ -55,6 +58,7 @@ func (vm *VolumeManager) registerPodAPI(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET "+PodsPath+"/{namespace}/{name}", vm.getPod)
 	mux.HandleFunc("POST "+PodsPath+"/{namespace}/{name}/containers-stopped", vm.postContainersStopped)
+	mux.HandleFunc("PUT "+RunningPodsPath, vm.putRunningPods)
 }
 
 func (vm *VolumeManager) getPod(w http.ResponseWriter, r *http.Request) {
@@ -116,6 +120,7 @@ func (vm *VolumeManager) postContainersStopped(w http.ResponseWriter, r *http.Re
 		http.Error(w, "the pod's uid is required", http.StatusBadRequest)
 		return
 	}
+	// By UID, whatever the API server (still) says of the pod.
 	vm.ContainersStopped(uid)
 	w.WriteHeader(http.StatusAccepted)
 }

@@ -63,12 +63,15 @@ type PodVolumes struct {
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
 	// State is Ready (every volume the containers use is published),
-	// Pending (some is not: Reason and Message say which and why) or
+	// Pending (some is not: Reason and Message say which and why),
 	// TearingDown (the pod left the desired state; Volumes are still
-	// published and are being unpublished).
+	// published and are being unpublished) or AwaitingRuntime (the pod
+	// left the desired state without its runtime's word that its
+	// containers stopped: its volumes stay until ContainersStopped or a
+	// RunningPods report without it; Message says why).
 	State PodVolumesState `json:"state"`
 	// Reason and Message are the pod condition's reason and message while
-	// the pod is Pending.
+	// the pod is Pending, and why the pod awaits its runtime.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Volumes are the pod's published volumes, sorted by name.
@@ -89,6 +92,10 @@ const (
 	PodVolumesReady       PodVolumesState = "Ready"
 	PodVolumesPending     PodVolumesState = "Pending"
 	PodVolumesTearingDown PodVolumesState = "TearingDown"
+	// PodVolumesAwaitingRuntime: the pod left the desired state (gone
+	// from the API server, or found only on disk at start) and its volumes
+	// stay mounted until its runtime says its containers stopped.
+	PodVolumesAwaitingRuntime PodVolumesState = "AwaitingRuntime"
 	// PodVolumesGone: the agent holds nothing of the pod (HTTP API only).
 	PodVolumesGone PodVolumesState = "Gone"
 )
@@ -112,6 +119,9 @@ func (e *VolumesNotReadyError) Error() string {
 
 // Unwrap returns the context's error.
 func (e *VolumesNotReadyError) Unwrap() error { return e.Err }
+
+// ReasonAwaitingRuntime is the Reason of a pod in PodVolumesAwaitingRuntime.
+const ReasonAwaitingRuntime = "AwaitingRuntime"
 
 // ReasonPodNotKnown is the Reason of a VolumesNotReadyError for a pod the
 // volume manager has not seen (yet): not bound to its node, or its
@@ -229,10 +239,28 @@ func supplementalGroups(vols []MountedVolume) []int64 {
 // ContainersStopped tells the volume manager that the pod's containers
 // have stopped and will not run again, so that its volumes may be torn
 // down. With Config.WaitForContainersStopped it is what lets the volumes
-// of a pod marked for deletion go (besides the pod's terminal phase or its
-// removal from the API server); a runtime calls it after its containers
-// are gone, then WaitForUnmount. It never blocks.
+// of a pod marked for deletion or gone from the API server go (besides the
+// pod's terminal phase and RunningPods); a runtime calls it after its
+// containers are gone, then WaitForUnmount. It never blocks.
+//
+// The signal counts whatever the API server says: for a pod force-deleted
+// from it, and for a pod whose volumes were found on disk at start.
 func (vm *VolumeManager) ContainersStopped(uid types.UID) { vm.manager.ContainersStopped(uid) }
+
+// RunningPods gives the volume manager the UIDs of every pod whose
+// containers the runtime still runs (an empty list: none): the kubelet's
+// "ask the runtime" step before it unmounts. With
+// Config.WaitForContainersStopped, a pod that is gone from the API server
+// (force-deleted, garbage collected) keeps its volumes until the runtime
+// says its containers stopped (ContainersStopped) or a report that came
+// after the pod left has no such pod; a pod found only on disk at start
+// goes with any report without it. A runtime that never reports, nor
+// signals, keeps such volumes mounted for ever: PodVolumes says so
+// (PodVolumesAwaitingRuntime) and csi_volmgr_pods_awaiting_runtime counts
+// them. Report periodically (virtual-kubelet's GetPods; vkubelet does it)
+// and after containers stop. Without WaitForContainersStopped it does
+// nothing. It never blocks.
+func (vm *VolumeManager) RunningPods(uids []types.UID) { vm.manager.RunningPods(uids) }
 
 // WaitForUnmount returns nil once none of the pod's volumes is published
 // any more and the desired state wants none for it, or ctx's error. It is
@@ -278,6 +306,9 @@ func (vm *VolumeManager) PodVolumes(uid types.UID) (PodVolumes, bool) {
 	switch {
 	case !desired:
 		p.State = PodVolumesTearingDown
+		if why, awaiting := vm.manager.AwaitingRuntime(uid); awaiting {
+			p.State, p.Reason, p.Message = PodVolumesAwaitingRuntime, ReasonAwaitingRuntime, why
+		}
 		if info, ok := vm.waiters.name(uid); ok {
 			p.Namespace, p.Name = info.Namespace, info.Name
 		}

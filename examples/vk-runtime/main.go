@@ -176,6 +176,9 @@ func run(ctx context.Context, o options) error {
 	podInformers.Start(ctx.Done())
 	others.Start(ctx.Done())
 	go func() { errs <- pc.Run(ctx, o.workers) }()
+	// The kubelet's "ask the runtime": a pod force-deleted from the API
+	// server keeps its volumes while its processes run.
+	go vkubelet.ReportRunningPods(ctx, pods, vm, 0)
 	servers := 3
 	if o.kubeletPort > 0 {
 		// The kubelet API's stats summary, with the CSI volumes' stats.

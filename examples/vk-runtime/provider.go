@@ -50,6 +50,9 @@ type processProvider struct {
 type podRun struct {
 	pod   *corev1.Pod
 	procs map[string]*process
+	// forgotten marks a pod deleted from the API server while its
+	// processes ran: DeletePod drops it once they stopped.
+	forgotten bool
 }
 
 type process struct {
@@ -201,6 +204,11 @@ func (p *processProvider) DeletePod(ctx context.Context, pod *corev1.Pod) error 
 	klog.FromContext(ctx).Info("Stopped the pod's containers", "pod", klog.KObj(pod), "podUID", pod.UID)
 	_ = os.RemoveAll(filepath.Join(p.stateDir, string(pod.UID)))
 	p.report(pod.UID)
+	p.mu.Lock()
+	if run.forgotten {
+		delete(p.pods, pod.UID)
+	}
+	p.mu.Unlock()
 	return nil
 }
 
@@ -356,11 +364,24 @@ func (p *processProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
-// forget drops a deleted pod once its terminal status went out.
+// forget drops a deleted pod once its terminal status went out. A pod
+// force-deleted while its processes run stays until DeletePod stopped
+// them: GetPods keeps listing it, so the volume manager keeps its volumes
+// (vkubelet.ReportRunningPods), and the pod controller finds it to delete.
 func (p *processProvider) forget(uid types.UID) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	run, ok := p.pods[uid]
+	if !ok {
+		return
+	}
+	for _, proc := range run.procs {
+		if !proc.exited() {
+			run.forgotten = true
+			return
+		}
+	}
 	delete(p.pods, uid)
-	p.mu.Unlock()
 }
 
 // GetStatsSummary is the stats summary of the Node and its pods, for

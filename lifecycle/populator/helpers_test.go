@@ -67,6 +67,10 @@ type stackOptions struct {
 	published populator.PublishedVolumes
 	// wrapSource, when set, stands between the source and the populator.
 	wrapSource func(populator.Source) populator.Source
+	// terminal is the populator's Terminal; nil for none.
+	terminal func(types.UID)
+	// waitForContainersStopped is the populator's WaitForContainersStopped.
+	waitForContainersStopped bool
 }
 
 func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, o stackOptions) *stack {
@@ -107,6 +111,9 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		Workers:               o.workers,
 		SELinux:               o.seLinux,
 		Published:             o.published,
+		Terminal:              o.terminal,
+
+		WaitForContainersStopped: o.waitForContainersStopped,
 	})
 	if err != nil {
 		t.Fatalf("populator.New: %v", err)

@@ -47,6 +47,12 @@ type Config struct {
 	// leaves the desired state on that signal, when it is terminal or when
 	// it is gone, never because it is marked for deletion.
 	WaitForContainersStopped bool
+	// Terminal, when set, is told of every pod that leaves the desired
+	// state because the API server shows it in a terminal phase: its
+	// containers are done (runtimepods.Pods.Terminal). A pod that leaves
+	// because it is gone is not: only its runtime may say its containers
+	// stopped.
+	Terminal func(uid types.UID)
 	// Workers is the number of pods resolved in parallel; 0 means 2.
 	Workers int
 	// Clock stamps when pods are first seen; nil means the real clock.
@@ -331,6 +337,9 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		p.mu.Unlock()
 	}
 	if !ok || p.leaving(pod) {
+		if ok && terminal(pod) && p.cfg.Terminal != nil {
+			p.cfg.Terminal(uid)
+		}
 		p.cfg.DesiredState.DeletePod(uid)
 		p.cfg.Source.SetReferences(uid, source.References{})
 		p.mu.Lock()
@@ -385,13 +394,18 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 // its runtime said its containers stopped, or (RemoveTerminatingPods,
 // without a runtime that signals) it is marked for deletion.
 func (p *Populator) leaving(pod *corev1.Pod) bool {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if terminal(pod) {
 		return true
 	}
 	if leaves, decided := p.runtimeSignal(pod.UID); decided {
 		return leaves
 	}
 	return p.cfg.RemoveTerminatingPods && pod.DeletionTimestamp != nil
+}
+
+// terminal tells whether the pod's phase is Succeeded or Failed.
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // terminating tells whether the pod is marked for deletion and was not

@@ -1,6 +1,8 @@
 package populator_test
 
 import (
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -403,5 +405,36 @@ func TestPodMarkedForDeletionGetsNoNewVolumes(t *testing.T) {
 	}
 	if _, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-kept"}); !ok {
 		t.Error("a pod marked for deletion lost the volume it had; it keeps it until it is deleted or terminal")
+	}
+}
+
+// TestTerminalPodsAreToldApart: with a runtime, a pod that leaves the
+// desired state because the API server shows it terminal is reported
+// (its containers are done), one that is gone from the API server is not:
+// only its runtime may say its containers stopped.
+func TestTerminalPodsAreToldApart(t *testing.T) {
+	ctx := testContext(t)
+	var mu sync.Mutex
+	var terminal []types.UID
+	client := fakeClient(
+		newPod("running", withClaim("data", "c1")),
+		newPod("succeeded", withClaim("data", "c1"), func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+		newPod("failed", withClaim("data", "c1"), func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
+		newPVC("c1", "pv1"), newPV("pv1", "c1", "h1"),
+	)
+	s := startStack(ctx, t, client, stackOptions{waitForContainersStopped: true, terminal: func(uid types.UID) {
+		mu.Lock()
+		defer mu.Unlock()
+		terminal = append(terminal, uid)
+	}})
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "running", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the deleted pod left", func() bool { _, ok := s.store.Pod("uid-running"); return !ok })
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(terminal)
+	if want := []types.UID{"uid-failed", "uid-succeeded"}; !slices.Equal(terminal, want) {
+		t.Errorf("Terminal told of %v, want %v", terminal, want)
 	}
 }

@@ -19,7 +19,9 @@ type stopSignals struct {
 // ContainersStopped records that the pod's containers have stopped and will
 // not run again, and re-resolves the pod: it leaves the desired state, and
 // its volumes are torn down. A signal for a pod this node does not have is
-// dropped when the pod is resolved. It never blocks.
+// dropped here when the pod is resolved; the lifecycle keeps the runtime's
+// word for such a pod's volumes apart (lifecycle/runtimepods). It never
+// blocks.
 func (p *Populator) ContainersStopped(uid types.UID) {
 	p.stops.mu.Lock()
 	if p.stops.stopped == nil {

@@ -101,6 +101,16 @@ type InUseReporter interface {
 	Reported(name volume.Name) bool
 }
 
+// RuntimeHolds says whether a runtime still holds a pod that left the
+// desired state: its containers may still run, so its volumes stay;
+// *runtimepods.Pods implements it.
+type RuntimeHolds interface {
+	// Held says whether the volumes of the pod, which is not in the
+	// desired state, must stay, and why. A held pod's release enqueues its
+	// keys (PodReleased).
+	Held(uid types.UID) (reason string, held bool)
+}
+
 // ReadyObserver is told when a pod's volumes first became ready; nil
 // records nothing.
 type ReadyObserver interface {

@@ -51,6 +51,11 @@ type Config struct {
 	Expander MountExpander
 	// Health, when set, names unhealthy volumes in ready pods' conditions.
 	Health VolumeHealth
+	// Holds, when set (a runtime beside the agent), keeps the volumes of
+	// pods that left the desired state until their runtime released them:
+	// a held pod's volume is not unpublished, and so not unstaged. Call
+	// PodReleased when a pod is released.
+	Holds RuntimeHolds
 	// VolumeWorkers and PodWorkers are the numbers of keys handled at once;
 	// 0 means 8 and 32.
 	VolumeWorkers, PodWorkers int
@@ -190,6 +195,16 @@ func (r *Reconciler) wakeDriver(driver string) {
 			r.pods.Forget(key)
 			r.pods.Add(key)
 		}
+	}
+}
+
+// PodReleased enqueues the teardown of a pod's publishes (keys) that its
+// runtime released (Config.Holds), resetting their backoff: a held key
+// waits for no retry.
+func (r *Reconciler) PodReleased(keys []volume.PodKey) {
+	for _, key := range keys {
+		r.pods.Forget(key)
+		r.pods.Add(key)
 	}
 }
 

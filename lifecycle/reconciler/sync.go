@@ -131,6 +131,13 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 			// front endpoint is that caller's to tear down.
 			return nil
 		}
+		if r.cfg.Holds != nil {
+			if _, held := r.cfg.Holds.Held(key.Pod); held {
+				// Its containers may still run: no unpublish and no retry
+				// until the runtime releases the pod (PodReleased).
+				return nil
+			}
+		}
 		if err := r.cfg.Operations.Unpublish(ctx, key); err != nil {
 			return fmt.Errorf("unpublish %s: %w", key, err)
 		}

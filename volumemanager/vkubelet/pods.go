@@ -30,6 +30,7 @@ type VolumeManager interface {
 	GetMountedVolumesForPod(uid types.UID) map[string]volumemanager.MountedVolume
 	GetExtraSupplementalGroupsForPod(pod *corev1.Pod) []int64
 	ContainersStopped(uid types.UID)
+	RunningPods(uids []types.UID)
 	WaitForUnmount(ctx context.Context, pod *corev1.Pod) error
 	PodVolumes(uid types.UID) (volumemanager.PodVolumes, bool)
 }
@@ -149,6 +150,7 @@ func (h *podHandler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	// Stopped (or never created: CreatePod may have failed on its volumes).
 	h.cfg.Volumes.ContainersStopped(pod.UID)
+	reportRunningPods(ctx, h.PodLifecycleHandler, h.cfg.Volumes)
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.UnmountTimeout)
 	defer cancel()
 	if uerr := h.cfg.Volumes.WaitForUnmount(wctx, pod); uerr != nil {
@@ -237,7 +239,7 @@ func (h *podHandler) GetPodStatus(ctx context.Context, namespace, name string) (
 // condition the volume manager wrote.
 func (h *podHandler) withVolumesReady(pod *corev1.Pod) *corev1.Pod {
 	pv, ok := h.cfg.Volumes.PodVolumes(pod.UID)
-	if !ok || pv.State == volumemanager.PodVolumesTearingDown {
+	if !ok || pv.State == volumemanager.PodVolumesTearingDown || pv.State == volumemanager.PodVolumesAwaitingRuntime {
 		return pod
 	}
 	cond := corev1.PodCondition{Type: status.ConditionVolumesReady, Status: corev1.ConditionTrue}

@@ -3,6 +3,7 @@ package vkubelet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -73,6 +74,10 @@ func (f *fakeVolumes) GetExtraSupplementalGroupsForPod(*corev1.Pod) []int64 {
 }
 
 func (f *fakeVolumes) ContainersStopped(types.UID) { f.steps.add("containers stopped") }
+
+func (f *fakeVolumes) RunningPods(uids []types.UID) {
+	f.steps.add(fmt.Sprintf("running pods %v", uids))
+}
 
 func (f *fakeVolumes) WaitForUnmount(ctx context.Context, _ *corev1.Pod) error {
 	close(f.waitingForUnmount)
@@ -180,7 +185,7 @@ func TestPodHandlerOrdersTheRuntimeAndTheVolumes(t *testing.T) {
 	if p := <-reported; p.Status.Phase != corev1.PodSucceeded {
 		t.Errorf("reported %s after the unmount, want the provider's terminal status", p.Status.Phase)
 	}
-	want := []string{"mounted", "provider create", "status Running", "provider delete", "containers stopped", "unmounted", "status Succeeded"}
+	want := []string{"mounted", "provider create", "status Running", "provider delete", "containers stopped", "running pods []", "unmounted", "status Succeeded"}
 	if got := s.get(); !slices.Equal(got, want) {
 		t.Errorf("steps %v, want %v", got, want)
 	}

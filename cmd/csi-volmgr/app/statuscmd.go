@@ -137,7 +137,14 @@ func newStatusCommand() *cobra.Command {
 				_, err := cmd.OutOrStdout().Write(raw)
 				return err
 			}
-			return printVolumes(cmd.OutOrStdout(), vols, time.Now())
+			if err := printVolumes(cmd.OutOrStdout(), vols, time.Now()); err != nil {
+				return err
+			}
+			var pods []volumemanager.PodVolumes
+			if _, err := o.get(cmd.Context(), volumemanager.PodsPath, &pods); err != nil {
+				return err
+			}
+			return printAwaitingRuntime(cmd.OutOrStdout(), pods)
 		},
 	}
 	o.addFlags(cmd)
@@ -167,6 +174,28 @@ func printVolumes(out io.Writer, vols []volumemanager.VolumeStatus, now time.Tim
 		used, health := describeStats(v.Stats)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", displayName(v), v.Driver, shorten(v.Handle, 40), state,
 			orNone(strings.Join(pods, ",")), used, health, describeError(lastErr, now))
+	}
+	return tw.Flush()
+}
+
+// printAwaitingRuntime lists the pods whose volumes stay mounted until
+// their runtime says their containers stopped; nothing when there are none.
+func printAwaitingRuntime(out io.Writer, pods []volumemanager.PodVolumes) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	header := false
+	for _, p := range pods {
+		if p.State != volumemanager.PodVolumesAwaitingRuntime {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "\nPOD\tUID\tSTATE\tWHY")
+			header = true
+		}
+		who := "<unknown>"
+		if p.Name != "" {
+			who = p.Namespace + "/" + p.Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", who, p.UID, p.State, p.Message)
 	}
 	return tw.Flush()
 }
