@@ -111,25 +111,18 @@ func TestAgentDaemonSet(t *testing.T) {
 				t.Errorf("--registration-dir %s is nested below the Bidirectional root mount %s", reg, root)
 			}
 
-			endpoint, ok := flagValue(c.Args, "http-endpoint")
-			if !ok {
-				t.Fatal("no --http-endpoint: the probes need it")
-			}
-			host, port, err := net.SplitHostPort(endpoint)
-			if err != nil {
-				t.Fatalf("--http-endpoint %q: %v", endpoint, err)
-			}
-			if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
-				t.Errorf("--http-endpoint %s listens on loopback only: the kubelet probes the pod IP", endpoint)
-			}
-			probes := map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe}
-			for path, p := range probes {
-				if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path {
-					t.Errorf("want an HTTP probe on %s, got %+v", path, p)
-					continue
+			// Nothing of the agent on the pod network unless an operator
+			// asks for it: the probes ask the API socket.
+			if endpoint, ok := flagValue(c.Args, "http-endpoint"); ok {
+				host, _, err := net.SplitHostPort(endpoint)
+				if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+					t.Errorf("--http-endpoint %s is not loopback: the agent's endpoint would be on the pod network", endpoint)
 				}
-				if got := probePort(c, p.HTTPGet.Port.String()); got != port {
-					t.Errorf("probe %s uses port %s, the agent listens on %s", path, got, port)
+			}
+			for check, p := range map[string]*corev1.Probe{"livez": c.LivenessProbe, "readyz": c.ReadinessProbe} {
+				want := []string{"/csi-volmgr", "probe", check, "--root-dir=" + root}
+				if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, want) {
+					t.Errorf("want the exec probe %q, got %+v", want, p)
 				}
 			}
 			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {

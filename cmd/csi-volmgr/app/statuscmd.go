@@ -90,32 +90,42 @@ func (o *clientOptions) target() (base string, client *http.Client, token, name 
 
 // get fetches path from the agent and decodes it into v, returning the raw body too.
 func (o *clientOptions) get(ctx context.Context, path string, v any) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	base, client, token, name, err := o.target()
+	code, body, name, err := o.fetch(ctx, path, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %d %s: %s", name, code, http.StatusText(code), strings.TrimSpace(string(body)))
+	}
+	return body, json.Unmarshal(body, v)
+}
+
+// fetch GETs path from the agent within timeout and returns the status
+// code, the body and how to name the agent in errors.
+func (o *clientOptions) fetch(ctx context.Context, path string, timeout time.Duration) (code int, body []byte, name string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	base, client, token, name, err := o.target()
+	if err != nil {
+		return 0, nil, "", err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
-		return nil, err
+		return 0, nil, name, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("asking %s: %w", name, err)
+		return 0, nil, name, fmt.Errorf("asking %s: %w", name, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
+	body, err = io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return 0, nil, name, fmt.Errorf("reading the answer of %s: %w", name, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s: %s", name, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return body, json.Unmarshal(body, v)
+	return resp.StatusCode, body, name, nil
 }
 
 func newStatusCommand() *cobra.Command {
