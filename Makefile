@@ -13,8 +13,14 @@ BIN             := $(CURDIR)/bin
 K8S_BIN         := $(BIN)/k8s
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI_LINT   := $(BIN)/golangci-lint-$(GOLANGCI_VERSION)
-VERSION         ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS         := -X github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app.version=$(VERSION)
+VERSION         ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+GIT_COMMIT      := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TREE_STATE  := $(if $(shell git status --porcelain --untracked-files=no 2>/dev/null),dirty,clean)
+# The commit's date, not the build's: two builds of one commit are the same.
+BUILD_DATE      := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo 1970-01-01T00:00:00Z)
+BUILDINFO       := github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo
+LDFLAGS         := -X $(BUILDINFO).gitVersion=$(VERSION) -X $(BUILDINFO).gitCommit=$(GIT_COMMIT) \
+                   -X $(BUILDINFO).gitTreeState=$(GIT_TREE_STATE) -X $(BUILDINFO).buildDate=$(BUILD_DATE)
 TESTFLAGS       ?= -race -count=1 -timeout=20m
 FUZZTIME        ?= 20s
 FUZZFLAGS       ?=
@@ -224,3 +230,9 @@ chaos: k8s-bins ## Chaos run (root): the agent (-race), a real API server, the t
 	$(GO) build -o $(BIN)/chaos ./test/chaos/cmd/chaos
 	CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr-race GORACE=halt_on_error=1 $(BIN)/chaos -seed=$(SEED) -duration=$(DURATION) \
 	  -ops=$(OPS) -kills=$(KILLS) -logs=$(CHAOS_LOGS) -report=$(BIN)/chaos-report.md
+
+# The -ldflags every build of the agent uses (cmd/csi-volmgr's version test
+# builds with them).
+.PHONY: print-ldflags
+print-ldflags:
+	@echo '$(LDFLAGS)'

@@ -14,6 +14,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/driver/registry"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
 )
 
 // Paths of the JSON status API that Handler serves.
@@ -21,6 +22,8 @@ const (
 	VolumesPath        = "/api/v1/volumes"
 	DriversPath        = "/api/v1/drivers"
 	ReconstructionPath = "/api/v1/reconstruction"
+	// VersionPath is the build's version (buildinfo.Get).
+	VersionPath = "/api/v1/version"
 )
 
 // VolumeStatus is one volume in the JSON status API.
@@ -122,6 +125,7 @@ func (vm *VolumeManager) Handler() http.Handler {
 		}
 		writeJSON(w, rs)
 	})
+	mux.HandleFunc("GET "+VersionPath, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, buildinfo.Get()) })
 	vm.registerPodAPI(mux)
 	if vm.cfg.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)

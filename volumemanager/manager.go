@@ -24,6 +24,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/source/manifests"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
 )
 
 // VolumeManager runs the CSI volume lifecycle of one node's pods: it finds
@@ -82,7 +83,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 		}
 	}()
 	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: prometheus.NewRegistry(), csi: csiclient.NewMetrics()}
-	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
 	if err := vm.newBackend(ctx); err != nil {
 		return nil, err
 	}

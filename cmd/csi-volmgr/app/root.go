@@ -1,15 +1,15 @@
 package app
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
-)
 
-// version is set at build time with -ldflags "-X .../app.version=...".
-var version = "dev"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
+)
 
 // Execute runs the csi-volmgr command line and returns the process exit code.
 func Execute() int {
@@ -34,13 +34,34 @@ func NewRootCommand(out io.Writer) *cobra.Command {
 }
 
 func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the csi-volmgr version",
+		Short: "Print the csi-volmgr version: git version, commit, tree state, build date, Go version and platform",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version)
-			return err
+			info := buildinfo.Get()
+			switch output {
+			case "":
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "csi-volmgr %s (commit %s, tree %s, built %s, %s, %s)\n",
+					info.GitVersion, orUnknown(info.GitCommit), orUnknown(info.GitTreeState), info.BuildDate, info.GoVersion, info.Platform)
+				return err
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(info)
+			default:
+				return fmt.Errorf("--output %q: want json, or nothing for one line", output)
+			}
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: empty for one line, or json.")
+	return cmd
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
 )
 
 func newRunCommand() *cobra.Command {
@@ -102,7 +103,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		Profiling:                o.Profiling,
 		Changes:                  o.changes(),
 		ExpectedDrivers:          o.ExpectedDrivers,
-		Version:                  version,
+		Version:                  buildinfo.Get().GitVersion,
 	}
 	if o.Manifests == "" {
 		restConfig, err := kubeConfig(o)
@@ -146,7 +147,7 @@ func kubeConfig(o *RunOptions) (*rest.Config, error) {
 	if o.KubeAPIContentType != runtime.ContentTypeJSON {
 		cfg.AcceptContentTypes += "," + runtime.ContentTypeJSON
 	}
-	cfg.UserAgent = "csi-volmgr/" + version
+	cfg.UserAgent = "csi-volmgr/" + buildinfo.Get().GitVersion
 	return cfg, nil
 }
 
