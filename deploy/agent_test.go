@@ -133,11 +133,13 @@ func startAgent(t *testing.T, cfg agentConfig) *agentProcess {
 		"node-name":        cfg.NodeName,
 		"root-dir":         a.Root,
 		"registration-dir": a.RegistrationDir,
-		"http-endpoint":    a.HTTPEndpoint,
 	}, kubeconfig)
 	if err != nil {
 		t.Fatalf("agent command line from the DaemonSet: %v", err)
 	}
+	// The DaemonSet keeps the default 127.0.0.1:9809 (TestAgentDaemonSet);
+	// agents that run at once need a port each.
+	args = append(args, "--http-endpoint="+a.HTTPEndpoint)
 	bin, err := agenttest.Binary()
 	if err != nil {
 		t.Fatal(err)
