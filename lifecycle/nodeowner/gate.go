@@ -27,8 +27,8 @@ func HasLabel(labels map[string]string) bool { return labels[Label] == Value }
 type state int
 
 const (
-	// unknown: the Node has not been listed yet.
-	unknown state = iota
+	// The zero state: the Node has not been listed yet.
+	_ state = iota
 	// absent: the Node does not exist.
 	absent
 	// foreign: the Node exists without the label.
