@@ -56,3 +56,27 @@ func firstDifference(have, want []byte) string {
 	}
 	return ""
 }
+
+// TestOperationsGuideExplainsEveryReason: docs/operations.md, the
+// operator's troubleshooting page, names every condition reason, Event
+// reason, state and mount-check word the code defines (the messages of
+// lifecycle/runtimepods are explained by their state, AwaitingRuntime).
+func TestOperationsGuideExplainsEveryReason(t *testing.T) {
+	root := filepath.Join("..", "..")
+	consts, err := readReasonConsts(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guide, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range consts {
+		if c.pkg == "lifecycle/runtimepods" {
+			continue
+		}
+		if !bytes.Contains(guide, []byte("`"+c.value+"`")) {
+			t.Errorf("docs/operations.md does not explain %s.%s (`%s`)", c.pkg, c.name, c.value)
+		}
+	}
+}
