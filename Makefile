@@ -79,6 +79,10 @@ vet: ## go vet every package.
 lint: $(GOLANGCI_LINT) ## golangci-lint (config in .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
+.PHONY: docs
+docs: ## Regenerate docs/reference (flags, metrics, HTTP endpoints, reasons) from the code; make test fails when it is stale.
+	$(GO) run ./hack/docgen -out docs/reference -root .
+
 .PHONY: test-unit
 test-unit: k8s-bins ## Unit and integration tests with -race (real kube-apiserver, real CSI test plugin).
 	$(GO) test $(TESTFLAGS) $(GO_PKGS)

@@ -98,6 +98,12 @@ type ReconstructionStatus struct {
 // /debug/pprof/ to callers the API server authorized (apiauth) only.
 func (vm *VolumeManager) Handler() http.Handler {
 	mux := http.NewServeMux()
+	vm.register(newRoutes(mux))
+	return mux
+}
+
+// register adds Handler's routes, each of which Endpoints lists.
+func (vm *VolumeManager) register(mux *routes) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
 	vm.installLiveness(mux)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -134,7 +140,6 @@ func (vm *VolumeManager) Handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return mux
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

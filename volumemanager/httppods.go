@@ -41,7 +41,7 @@ const (
 //	POST /api/v1/pods/{namespace}/{name}/containers-stopped?uid=U
 //	                                                    the runtime's "the pod's containers stopped" (202)
 //	PUT  /api/v1/running-pods {"uids": [...]}         the runtime's report of the pods it still runs (204)
-func (vm *VolumeManager) registerPodAPI(mux *http.ServeMux) {
+func (vm *VolumeManager) registerPodAPI(mux *routes) {
 	mux.HandleFunc("GET "+PodsPath, func(w http.ResponseWriter, _ *http.Request) {
 		out := []PodVolumes{}
 		uids := append(vm.waiters.uids(), vm.manager.PodsAwaitingRuntime()...)

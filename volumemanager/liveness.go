@@ -53,7 +53,7 @@ func (vm *VolumeManager) livenessChecks() []healthz.HealthChecker {
 
 // installLiveness serves the liveness checks on mux at HealthzPath and
 // LivezPath.
-func (vm *VolumeManager) installLiveness(mux *http.ServeMux) {
+func (vm *VolumeManager) installLiveness(mux *routes) {
 	checks := vm.livenessChecks()
 	healthz.InstallPathHandler(mux, HealthzPath, checks...)
 	healthz.InstallPathHandler(mux, LivezPath, checks...)

@@ -36,7 +36,7 @@ type VolumeManager struct {
 	registry *registry.Registry
 	policies lifecycle.Policies
 	manager  *lifecycle.Manager
-	metrics  *prometheus.Registry
+	metrics  *metricsRegistry
 	csi      *csiclient.Metrics
 
 	// Cluster mode only: factory holds the informers to start, nodeInfo
@@ -82,7 +82,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 			lock.release()
 		}
 	}()
-	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: prometheus.NewRegistry(), csi: csiclient.NewMetrics()}
+	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics()}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
 	if err := vm.newBackend(ctx); err != nil {
 		return nil, err
