@@ -159,7 +159,9 @@ func TestConfigValidateNodeShape(t *testing.T) {
 			wantField: "NodeTaints", wantText: `effect "Sometimes"`,
 		},
 		"bad taint key": {
-			mutate:    func(c *Config) { c.NodeTaints = append(c.NodeTaints, corev1.Taint{Key: "-k", Effect: corev1.TaintEffectNoSchedule}) },
+			mutate: func(c *Config) {
+				c.NodeTaints = append(c.NodeTaints, corev1.Taint{Key: "-k", Effect: corev1.TaintEffectNoSchedule})
+			},
 			wantField: "NodeTaints", wantText: "key",
 		},
 		"taint twice": {
