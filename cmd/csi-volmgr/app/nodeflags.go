@@ -3,12 +3,15 @@ package app
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
 )
 
 // addNodeFlags registers the flags of the Node that --register-node keeps.
@@ -18,7 +21,7 @@ func (o *RunOptions) addNodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.NodeCPU, "node-cpu", c.NodeCPU, "With --register-node: the cpu capacity and allocatable of the Node, a quantity (8, 500m); empty posts none, and pods with cpu requests are not scheduled to it.")
 	fs.StringVar(&c.NodeMemory, "node-memory", c.NodeMemory, "With --register-node: the memory capacity and allocatable of the Node, a quantity (16Gi); empty posts none, and pods with memory requests are not scheduled to it.")
 	fs.Var(cliflag.NewMapStringString(&c.NodeLabels), "node-labels", "With --register-node: labels of the Node besides the agent's own (key=value,...), kept by every status update.")
-	fs.Var(&taintsValue{taints: &c.NodeTaints}, "node-taints", "With --register-node: taints of the Node (key[=value]:Effect,..., Effect one of NoSchedule, PreferNoSchedule, NoExecute), set when the agent registers or takes the Node, as the kubelet's --register-with-taints; e.g. csi-volmgr.io/virtual=true:NoSchedule keeps every pod that does not tolerate it off a virtual node.")
+	fs.Var(&taintsValue{taints: &c.NodeTaints}, "node-taints", "With --register-node: taints of the Node (key[=value]:Effect,..., Effect one of NoSchedule, PreferNoSchedule, NoExecute), set when the agent registers or takes the Node, as the kubelet's --register-with-taints. The default keeps every pod that does not tolerate it off a node that may run no containers, as virtual-kubelet's provider taint does; --node-taints= registers the Node without taints.")
 }
 
 // nodeCapacity is the capacity of the registered Node of --node-pods,
@@ -59,6 +62,16 @@ func (o *RunOptions) nodeCapacity() (corev1.ResourceList, error) {
 		return nil, errors.Join(errs...)
 	}
 	return capacity, errors.Join(errs...)
+}
+
+// nodeTaints are the taints of the registered Node: --node-taints with
+// --register-node; without it none, unless --node-taints was changed from
+// its default (the volume manager then refuses it).
+func (o *RunOptions) nodeTaints() []corev1.Taint {
+	if o.RegisterNode || !slices.Equal(o.NodeTaints, config.Defaults().NodeTaints) {
+		return o.NodeTaints
+	}
+	return nil
 }
 
 // taintsValue is the pflag.Value of --node-taints: key[=value]:Effect

@@ -131,7 +131,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		ExpectedDrivers:          o.ExpectedDrivers,
 		NodeCapacity:             capacity,
 		NodeLabels:               o.NodeLabels,
-		NodeTaints:               o.NodeTaints,
+		NodeTaints:               o.nodeTaints(),
 		Version:                  buildinfo.Get().GitVersion,
 	}
 	if o.Manifests == "" {

@@ -16,6 +16,12 @@ import (
 // without a patch.
 const DefaultNodePods = 110
 
+// DefaultNodeTaint is the taint of a registered Node unless nodeTaints
+// says otherwise: with a pod capacity the scheduler would place any pod on
+// a node that may run no containers, so only pods that tolerate it land
+// there, as virtual-kubelet's default provider taint does.
+var DefaultNodeTaint = corev1.Taint{Key: "csi-volmgr.io/virtual", Value: "true", Effect: corev1.TaintEffectNoSchedule}
+
 // Defaults returns the configuration of `csi-volmgr run` without flags.
 func Defaults() *CSIVolmgrConfiguration {
 	c := &CSIVolmgrConfiguration{
@@ -49,7 +55,7 @@ func Defaults() *CSIVolmgrConfiguration {
 		RepublishPeriod:     metav1.Duration{Duration: time.Minute},
 		// Empty, not nil: print-defaults shows every field ([] and {}).
 		NodeLabels:        map[string]string{},
-		NodeTaints:        []corev1.Taint{},
+		NodeTaints:        []corev1.Taint{DefaultNodeTaint},
 		ExpectedDrivers:   []string{},
 		MountCheckDrivers: []string{},
 	}

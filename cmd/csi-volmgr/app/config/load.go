@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
+	"strings"
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -56,6 +58,7 @@ func Decode(data []byte) (*CSIVolmgrConfiguration, error) {
 		if err != nil {
 			return nil, err
 		}
+		resetList(c, name)
 		strict, err := sigsjson.UnmarshalStrict(one, c, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 		if err == nil && len(strict) > 0 {
 			err = errors.Join(strict...)
@@ -76,4 +79,19 @@ func Marshal(c *CSIVolmgrConfiguration) ([]byte, error) {
 		return nil, err
 	}
 	return yaml.JSONToYAML(bytes.TrimSpace(js))
+}
+
+// resetList empties the list or map field of c whose JSON name is name:
+// encoding/json decodes a list into the elements already there (a default
+// taint's value would survive in a taint of the file that has none) and a
+// map into the keys already there, where the file's value replaces the
+// default whole.
+func resetList(c *CSIVolmgrConfiguration, name string) {
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		if f := v.Field(i); tag == name && (f.Kind() == reflect.Slice || f.Kind() == reflect.Map) {
+			f.SetZero()
+		}
+	}
 }

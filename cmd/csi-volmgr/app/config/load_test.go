@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 const header = "apiVersion: config.csi-volmgr.io/v1alpha1\nkind: CSIVolmgrConfiguration\n"
@@ -24,6 +26,22 @@ func TestDecodeKeepsDefaults(t *testing.T) {
 	want.NodeLabels = map[string]string{"type": "virtual-kubelet"}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Decode = %+v, want %+v", c, want)
+	}
+}
+
+// TestDecodeReplacesLists: a list or map of the file replaces the
+// default's whole, element by element too (a taint without a value gets
+// none, not the default taint's).
+func TestDecodeReplacesLists(t *testing.T) {
+	c, err := Decode([]byte(header + "nodeTaints: [{key: k, effect: NoExecute}]\nnodeLabels: {a: b}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoExecute}}; !reflect.DeepEqual(c.NodeTaints, want) {
+		t.Errorf("nodeTaints %v, want %v", c.NodeTaints, want)
+	}
+	if want := map[string]string{"a": "b"}; !reflect.DeepEqual(c.NodeLabels, want) {
+		t.Errorf("nodeLabels %v, want %v", c.NodeLabels, want)
 	}
 }
 

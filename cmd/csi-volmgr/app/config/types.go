@@ -76,7 +76,10 @@ type CSIVolmgrConfiguration struct {
 	// (--node-labels).
 	NodeLabels map[string]string `json:"nodeLabels"`
 	// nodeTaints are taints the registered Node carries from its
-	// registration, as the kubelet's registerWithTaints (--node-taints).
+	// registration, as the kubelet's registerWithTaints; by default
+	// csi-volmgr.io/virtual=true:NoSchedule, so that only pods that
+	// tolerate it are scheduled to a node that runs no containers itself
+	// (--node-taints).
 	NodeTaints []corev1.Taint `json:"nodeTaints"`
 	// expectedDrivers, with registerNode, are the CSI drivers the node
 	// needs: until all have registered the Node carries the NoSchedule
