@@ -49,6 +49,19 @@ func hasShape(node *corev1.Node) []string {
 	return lacks
 }
 
+// registerAndRun registers the keeper's Node and keeps it until the test
+// ends.
+func registerAndRun(ctx context.Context, t *testing.T, n *nodeKeeper) {
+	t.Helper()
+	if err := n.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { n.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // TestRegisteredNodeTakesPods: the Node the keeper registers has the
 // configured capacity (as allocatable too), labels and taints besides its
 // own owner label, and keeps them across the keeper's status updates: a
@@ -60,9 +73,7 @@ func TestRegisteredNodeTakesPods(t *testing.T) {
 	cleanupNode(t, f.Client, f.NodeName)
 	n := newNodeKeeper(f.Client, f.NodeName, 4*time.Second, 200*time.Millisecond)
 	n.shape(shapeCapacity, shapeLabels, []corev1.Taint{shapeTaint})
-	if err := n.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
+	registerAndRun(ctx, t, n)
 	nodes := f.Client.CoreV1().Nodes()
 	node, err := nodes.Get(ctx, f.NodeName, metav1.GetOptions{})
 	if err != nil {
@@ -74,11 +85,6 @@ func TestRegisteredNodeTakesPods(t *testing.T) {
 	if node.Labels[OwnerLabel] != OwnerLabelValue {
 		t.Errorf("owner label %q, want %q", node.Labels[OwnerLabel], OwnerLabelValue)
 	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { n.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 
 	// Someone shrinks the capacity and removes a label: the next status
 	// update puts both back, and the taint is still there.
@@ -114,13 +120,7 @@ func TestRegisterAddsTaintsToAKeptNode(t *testing.T) {
 	n := newNodeKeeper(f.Client, f.NodeName, 0, 0)
 	second := corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoExecute, Value: "ignored"}
 	n.shape(nil, nil, []corev1.Taint{shapeTaint, second})
-	if err := n.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { n.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	registerAndRun(ctx, t, n)
 	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

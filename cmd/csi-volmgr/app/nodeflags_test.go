@@ -12,17 +12,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
 )
 
-func parseNodeFlags(t *testing.T, args ...string) *RunOptions {
-	t.Helper()
-	o := NewRunOptions()
-	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
-
 // TestNodeFlags: --register-node alone registers a Node that takes the
 // pods that tolerate its default taint (110 pods, no cpu or memory); the
 // flags change each part; without --register-node nothing of it reaches
@@ -62,7 +51,7 @@ func TestNodeFlags(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			o := parseNodeFlags(t, tc.args...)
+			o, _ := parseRun(t, tc.args...)
 			capacity, err := o.nodeCapacity()
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
