@@ -27,7 +27,7 @@ func NewRunOptions() *RunOptions {
 
 // AddFlags registers the options on fs.
 func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A "+config.Kind+" file (apiVersion "+config.APIVersion+", YAML or JSON; `csi-volmgr config print-defaults` writes one) holding the settings of these flags; a flag given on the command line overrides its field.")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "A "+config.Kind+" file (apiVersion "+config.APIVersion+", YAML or JSON; csi-volmgr config print-defaults writes one) holding the settings of these flags; a flag given on the command line overrides its field.")
 	o.addSettingFlags(fs)
 }
 
