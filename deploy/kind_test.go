@@ -8,11 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
 )
 
 // kindCluster is the part of kind's v1alpha4 Cluster config the test reads.
@@ -46,6 +49,31 @@ func TestKindPairing(t *testing.T) {
 	if v, ok := flagValue(agent.Args, "register-node"); !ok || v != "true" {
 		t.Error("the agent of a node without kubelet needs --register-node")
 	}
+	// The agent registers the virtual node ready to take pods, with no
+	// patch by hand (kind/up.sh): a pod capacity for the scheduler, and the
+	// taint the example pods tolerate.
+	run := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	opts := app.NewRunOptions()
+	opts.AddFlags(run)
+	if err := run.Parse(agent.Args[1:]); err != nil {
+		t.Errorf("the agent's arguments %v: %v", agent.Args, err)
+	}
+	if want := virtualNodeTaint(t); !slices.ContainsFunc(opts.NodeTaints, func(got corev1.Taint) bool { return got.MatchTaint(&want) && got.Value == want.Value }) {
+		t.Errorf("--node-taints %v lacks VIRTUAL_NODE_TAINT of kind/lib.sh, %s, which the example pods tolerate", opts.NodeTaints, want.ToString())
+	}
+	if opts.NodePods <= 0 {
+		t.Errorf("--node-pods=%d: the scheduler places no pod on the virtual node", opts.NodePods)
+	}
+	up, err := os.ReadFile(filepath.Join("kind", "up.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, byHand := range []string{"taint node", "patch node"} {
+		if strings.Contains(string(up), byHand) {
+			t.Errorf("kind/up.sh has %q: the agent's flags shape the virtual node", byHand)
+		}
+	}
+
 	root, _ := flagValue(agent.Args, "root-dir")
 	rootHost, _ := hostPathMount(t, ds.Spec.Template.Spec, agent, root)
 	reg, _ := flagValue(agent.Args, "registration-dir")
@@ -216,8 +244,8 @@ func envFromNodeName(c *corev1.Container, name string) bool {
 	})
 }
 
-// virtualNodeTaint is the taint that kind/up.sh puts on the virtual node
-// (VIRTUAL_NODE_TAINT in kind/lib.sh).
+// virtualNodeTaint is the taint of the virtual node (VIRTUAL_NODE_TAINT in
+// kind/lib.sh), which the agent's or the example runtime's flags set.
 func virtualNodeTaint(tb testing.TB) corev1.Taint {
 	tb.Helper()
 	data, err := os.ReadFile(filepath.Join("kind", "lib.sh"))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
@@ -52,6 +53,22 @@ type Config struct {
 	// taint csi-volmgr.io/drivers-not-ready (see
 	// TaintDriversNotReady for why a taint and not NotReady).
 	ExpectedDrivers []string
+	// NodeCapacity, with RegisterNode, is the Node's status.capacity and
+	// status.allocatable (e.g. pods, cpu, memory), kept by every status
+	// update. Without "pods" the scheduler places no pod on the Node and
+	// pods reach it only by spec.nodeName; nil posts none.
+	NodeCapacity corev1.ResourceList
+	// NodeLabels, with RegisterNode, are labels of the Node besides the
+	// ones the agent sets (OwnerLabel, kubernetes.io/hostname, os, arch),
+	// which they may not set; kept by every status update.
+	NodeLabels map[string]string
+	// NodeTaints, with RegisterNode, are taints the Node is registered
+	// with, and that are added to an existing Node the agent keeps when it
+	// lacks them, as the kubelet's --register-with-taints (e.g. a NoSchedule
+	// taint that only the pods meant for a virtual node tolerate). Status
+	// updates leave them alone; one removed by hand stays removed until
+	// the agent starts again.
+	NodeTaints []corev1.Taint
 	// RemoveTerminatingPods tears down the volumes of pods marked for
 	// deletion (for nodes without a kubelet). Cluster mode only.
 	RemoveTerminatingPods bool
@@ -179,6 +196,7 @@ func (c *Config) validate() error {
 	if len(c.ExpectedDrivers) > 0 && !c.RegisterNode {
 		bad("ExpectedDrivers", errors.New("needs RegisterNode: the taint goes on the Node the agent registers"))
 	}
+	errs = append(errs, c.validateNode()...)
 	if c.ResyncPeriod < 0 {
 		bad("ResyncPeriod", fmt.Errorf("%v must not be negative", c.ResyncPeriod))
 	}

@@ -2,15 +2,18 @@ package volumemanager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -49,10 +52,14 @@ var errForeignNode = errors.New("the Node exists without the label " + OwnerLabe
 // with a three-way patch that touches only what it posted, so
 // status.volumesInUse is left to the volume manager. A Ready condition
 // someone else turned, or a removed annotation, is put back at the next
-// status update; a deleted Node is created again. Nothing else of a
-// kubelet's status is faked: no capacity, so no scheduler places pods here
-// (pods reach the node by spec.nodeName). The keeper keeps OwnerLabel on
-// the Node: a removed label is put back at the next status update.
+// status update; a deleted Node is created again. The Node's shape is the
+// Config's: NodeCapacity as capacity and allocatable (without "pods" no
+// scheduler places pods here, and pods reach the node only by
+// spec.nodeName), NodeLabels besides the keeper's own, and NodeTaints at
+// registration (added to a kept Node that lacks them). Nothing else of a
+// kubelet's status is faked. The keeper keeps OwnerLabel, NodeLabels and
+// the capacity on the Node: a removed label or a changed capacity is put
+// back at the next status update.
 //
 // It never takes over another volume manager's Node (fail closed). An
 // existing Node is kept only when it carries OwnerLabel=OwnerLabelValue,
@@ -70,6 +77,12 @@ type nodeKeeper struct {
 	statusInterval time.Duration
 	// retryBase and retryMax bound the backoff of Register.
 	retryBase, retryMax time.Duration
+
+	// capacity, labels and taints shape the Node (Config.NodeCapacity,
+	// NodeLabels, NodeTaints); set by shape before Register.
+	capacity corev1.ResourceList
+	labels   map[string]string
+	taints   []corev1.Taint
 
 	// taint keeps TaintDriversNotReady while expected drivers are
 	// missing; nil without expected drivers.
@@ -97,24 +110,66 @@ func newNodeKeeper(client kubernetes.Interface, name string, leaseDuration, stat
 		retryBase: 500 * time.Millisecond, retryMax: 30 * time.Second}
 }
 
+// shape sets the Node's capacity (and allocatable), extra labels and
+// taints (Config.NodeCapacity, NodeLabels, NodeTaints, validated).
+func (k *nodeKeeper) shape(capacity corev1.ResourceList, labels map[string]string, taints []corev1.Taint) {
+	k.capacity, k.labels, k.taints = capacity.DeepCopy(), maps.Clone(labels), slices.Clone(taints)
+}
+
 // spec is the Node the keeper posts.
 func (k *nodeKeeper) spec() *corev1.Node {
 	now := metav1.Now()
+	labels := maps.Clone(k.labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, ownLabels(k.name))
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: k.name,
-			Labels: map[string]string{
-				OwnerLabel:           OwnerLabelValue,
-				corev1.LabelHostname: k.name, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH,
-			},
+			Name:        k.name,
+			Labels:      labels,
 			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
 		},
-		Spec: corev1.NodeSpec{Taints: k.taint.initial()},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: NodeReadyReason, Message: NodeReadyMessage,
-			LastHeartbeatTime: now, LastTransitionTime: now,
-		}}},
+		Spec: corev1.NodeSpec{Taints: append(k.taint.initial(), k.taints...)},
+		Status: corev1.NodeStatus{
+			Capacity: k.capacity.DeepCopy(), Allocatable: k.capacity.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: NodeReadyReason, Message: NodeReadyMessage,
+				LastHeartbeatTime: now, LastTransitionTime: now,
+			}},
+		},
 	}
+}
+
+// addMissingTaints adds to an existing Node the configured taints it
+// lacks (a key with the same effect counts as present, whatever its
+// value: someone changed it on purpose). spec.taints is replaced whole, so
+// the patch carries the Node's resourceVersion: a concurrent change fails
+// it with Conflict and Register tries again.
+func (k *nodeKeeper) addMissingTaints(ctx context.Context, existing *corev1.Node) error {
+	taints := slices.Clone(existing.Spec.Taints)
+	var added []string
+	for _, want := range k.taints {
+		if !slices.ContainsFunc(taints, func(t corev1.Taint) bool { return t.MatchTaint(&want) }) {
+			taints = append(taints, want)
+			added = append(added, want.ToString())
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": existing.ResourceVersion},
+		"spec":     map[string]any{"taints": taints},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the taints patch: %w", err)
+	}
+	if _, err := k.client.CoreV1().Nodes().Patch(ctx, k.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("adding taints to Node %s: %w", k.name, err)
+	}
+	klog.FromContext(ctx).Info("Added the configured taints to the existing Node", "node", k.name, "taints", added)
+	return nil
 }
 
 // Register starts the node controller and returns once the Node is
@@ -167,6 +222,10 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 		return err
 	case !keepable(existing):
 		return errForeignNode
+	default:
+		if err := k.addMissingTaints(ctx, existing); err != nil {
+			return err
+		}
 	}
 	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, spec, nodes,
 		node.WithNodeEnableLeaseV1(k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease), int32(k.leaseDuration/time.Second)),

@@ -173,13 +173,7 @@ func TestRegisterKeepsWhatAnExistingNodeHas(t *testing.T) {
 		n.Annotations = map[string]string{"csi.volume.kubernetes.io/nodeid": `{"d":"n1"}`}
 	})
 	n := newNodeKeeper(f.Client, f.NodeName, 0, 0)
-	if err := n.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { n.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	registerAndRun(ctx, t, n)
 	node, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -41,10 +41,10 @@ deploy/kind/runtime)
 esac
 NAMESPACE=csi-volmgr
 VIRTUAL_NODE=csi-volmgr-virtual
-# Only pods that tolerate it are scheduled to the virtual node.
+# Only pods that tolerate it are scheduled to the virtual node: the agent
+# registers the Node with it (--node-taints of kind/virtual-node), the
+# example runtime with its --taint.
 VIRTUAL_NODE_TAINT=csi-volmgr.io/virtual=true:NoSchedule
-# The pods the scheduler may place on the virtual node (its allocatable).
-VIRTUAL_NODE_PODS=110
 DRIVER=testplugin.csi-volmgr.io
 # The kind worker that hosts the agent and the plugin, and whose own kubelet
 # serves the second example pod.

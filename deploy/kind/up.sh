@@ -46,13 +46,6 @@ fi
 log "waiting for the virtual node $VIRTUAL_NODE and its CSINode"
 wait_for "Node $VIRTUAL_NODE" 120 k get node "$VIRTUAL_NODE"
 k wait --for=condition=Ready "node/$VIRTUAL_NODE" --timeout="$TIMEOUT"
-# --register-node creates the Node without taints and without capacity:
-# taint it, so that only pods that tolerate it land there, and give it pod
-# capacity, without which the scheduler places no pod on it at all. (The
-# example runtime registers both itself, the same: this changes nothing.)
-k taint node "$VIRTUAL_NODE" "$VIRTUAL_NODE_TAINT" --overwrite
-k patch node "$VIRTUAL_NODE" --subresource=status --type=merge \
-	-p "{\"status\":{\"capacity\":{\"pods\":\"$VIRTUAL_NODE_PODS\"},\"allocatable\":{\"pods\":\"$VIRTUAL_NODE_PODS\"}}}"
 csinode_has_driver() {
 	k get csinode "$1" -o jsonpath='{.spec.drivers[*].name}' | grep -qw "$DRIVER"
 }

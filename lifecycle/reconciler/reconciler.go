@@ -21,6 +21,12 @@ const (
 	PodQueueName    = "csi_volmgr_pod_volumes"
 )
 
+// DefaultShutdownGrace is how long steps in flight may run on after the
+// agent was told to stop (SIGTERM); a supervisor's stop timeout (the
+// systemd unit's TimeoutStopSec, a pod's terminationGracePeriodSeconds)
+// must exceed it.
+const DefaultShutdownGrace = 30 * time.Second
+
 // Config configures a Reconciler.
 type Config struct {
 	Desired    DesiredState
@@ -69,7 +75,8 @@ type Config struct {
 	// Now is the clock for the pod-ready latency; nil means time.Now.
 	Now func() time.Time
 	// ShutdownGrace bounds how long steps in flight may run on after Run's
-	// context ends; 0 means 30s. No new step starts after the context ends.
+	// context ends; 0 means DefaultShutdownGrace. No new step starts after
+	// the context ends.
 	ShutdownGrace time.Duration
 
 	// processed, when set (tests), is told every key handled, with its error.
@@ -100,7 +107,7 @@ func (c *Config) validate() error {
 		c.Now = time.Now
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	return errors.Join(errs...)
 }

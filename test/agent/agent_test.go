@@ -145,6 +145,16 @@ func TestRegisterNode(t *testing.T) {
 	if got := node.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"]; got != "true" {
 		t.Errorf("Node annotation controller-managed-attach-detach = %q, want \"true\"", got)
 	}
+	// The Node takes pods without a patch (issue 25): the defaults of
+	// --node-pods and --node-taints.
+	if pods := node.Status.Allocatable[corev1.ResourcePods]; pods.Value() != 110 {
+		t.Errorf("Node allocatable pods = %s, want 110", pods.String())
+	}
+	if !slices.ContainsFunc(node.Spec.Taints, func(taint corev1.Taint) bool {
+		return taint.Key == "csi-volmgr.io/virtual" && taint.Value == "true" && taint.Effect == corev1.TaintEffectNoSchedule
+	}) {
+		t.Errorf("Node taints %v lack csi-volmgr.io/virtual=true:NoSchedule", node.Spec.Taints)
+	}
 
 	vol := n.createClaimedVolume(t, "data")
 	pod := n.createPod(t, "app", vol.claim)

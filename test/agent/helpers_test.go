@@ -74,6 +74,8 @@ type nodeOptions struct {
 	registerNode bool
 	// verbosity is the agent's -v; 0 keeps agenttest's default.
 	verbosity int
+	// extraArgs are more arguments of the agent's run.
+	extraArgs []string
 }
 
 // newNode prepares a node for t; the agent still has to be started.
@@ -81,7 +83,7 @@ func newNode(t *testing.T, opts nodeOptions) *node {
 	t.Helper()
 	began := time.Now()
 	f := k8stest.New(t)
-	var extraArgs []string
+	extraArgs := slices.Clone(opts.extraArgs)
 	if opts.registerNode {
 		extraArgs = append(extraArgs, "--register-node")
 		t.Cleanup(func() {

@@ -69,7 +69,7 @@ func startAgent(ctx context.Context, b *testing.B, c agentConfig) *agent {
 	a := &agent{probe: newReadyProbe(), requests: requests}
 	vm, err := volumemanager.New(ctx, volumemanager.Config{
 		NodeName: c.nodeName, RootDir: c.rootDir, RegistrationDir: c.regDir, KubeClient: client,
-		ResyncPeriod: opts.ResyncPeriod, CSITimeout: opts.CSITimeout, ClusterWideInformers: c.clusterWide,
+		ResyncPeriod: opts.ResyncPeriod.Duration, CSITimeout: opts.CSITimeout.Duration, ClusterWideInformers: c.clusterWide,
 		Tuning: volumemanager.Tuning{Reconciler: reconciler.Config{
 			VolumeWorkers: volumeWorkers, PodWorkers: podWorkers,
 			Ready: a.probe,

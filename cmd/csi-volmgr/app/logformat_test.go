@@ -18,13 +18,13 @@ func TestLoggingFormats(t *testing.T) {
 	for _, format := range []string{"text", "json"} {
 		o := NewRunOptions()
 		o.Logging.Format = format
-		if errs := logsapi.Validate(o.Logging, fg, nil); len(errs) > 0 {
+		if errs := logsapi.Validate(&o.Logging, fg, nil); len(errs) > 0 {
 			t.Errorf("--logging-format=%s: %v", format, errs.ToAggregate())
 		}
 	}
 	o := NewRunOptions()
 	o.Logging.Format = "yaml"
-	if errs := logsapi.Validate(o.Logging, fg, nil); len(errs) == 0 {
+	if errs := logsapi.Validate(&o.Logging, fg, nil); len(errs) == 0 {
 		t.Error("--logging-format=yaml accepted")
 	}
 	if usage := newRunCommand().Flags().Lookup("logging-format").Usage; !strings.Contains(usage, `"json"`) {

@@ -11,7 +11,7 @@ import (
 // from and what the agent does for a node without kubelet.
 func (o *RunOptions) addModeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Manifests, "manifests", o.Manifests, "Standalone mode: read Pods, PersistentVolumeClaims, PersistentVolumes, Secrets and CSIDrivers from the YAML/JSON files of this directory (watched) instead of an API server; volumes are attached with ControllerPublishVolume by the agent itself.")
-	fs.BoolVar(&o.RegisterNode, "register-node", o.RegisterNode, "Create and keep the Node object of a node without kubelet (labels, csi-volmgr.io/volume-manager=csi-volmgr among them, controller-managed-attach-detach annotation, Ready condition, node Lease), tear down the volumes of pods marked for deletion, and then complete their deletion. Implies --remove-terminating-pods. An existing Node is kept only if it carries that label (or is one the agent registered before: no kubeletVersion, Ready reason CSIVolmgrReady); any other, a kubelet's, is left alone and the agent acts on nothing.")
+	fs.BoolVar(&o.RegisterNode, "register-node", o.RegisterNode, "Create and keep the Node object of a node without kubelet: the owner label csi-volmgr.io/volume-manager=csi-volmgr, kubernetes.io/hostname, os and arch labels and --node-labels, the taints of --node-taints, the capacity and allocatable of --node-pods, --node-cpu and --node-memory, the controller-managed-attach-detach annotation, the Ready condition and the node Lease; tear down the volumes of pods marked for deletion, and then complete their deletion. Implies --remove-terminating-pods. An existing Node is kept only if it carries that label (or is one the agent registered before: no kubeletVersion, Ready reason CSIVolmgrReady); any other, a kubelet's, is left alone and the agent acts on nothing.")
 }
 
 // validateMode checks the flags of addModeFlags against the others.
@@ -22,7 +22,7 @@ func (o *RunOptions) validateMode() error {
 	var errs []error
 	for flag, set := range map[string]bool{
 		"--kubeconfig": o.Kubeconfig != "", "--register-node": o.RegisterNode,
-		"--remove-terminating-pods": o.RemoveTerminating, "--cluster-wide-informers": o.ClusterWideInformers,
+		"--remove-terminating-pods": o.RemoveTerminatingPods, "--cluster-wide-informers": o.ClusterWideInformers,
 	} {
 		if set {
 			errs = append(errs, fmt.Errorf("--manifests runs without an API server: %s cannot be used with it", flag))

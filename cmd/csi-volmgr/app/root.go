@@ -29,7 +29,7 @@ func NewRootCommand(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(newRunCommand(), newStatusCommand(), newDriversCommand(), newProbeCommand(), newVersionCommand())
+	root.AddCommand(newRunCommand(), newStatusCommand(), newDriversCommand(), newProbeCommand(), newVersionCommand(), newConfigCommand())
 	return root
 }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -29,6 +31,11 @@ func newRunCommand() *cobra.Command {
 		Short: "Run the agent: discover CSI drivers and run the volume lifecycle of the node's pods",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.ConfigFile != "" {
+				if err := o.overrideWithFlags(cmd.Flags()); err != nil {
+					return err
+				}
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -36,7 +43,7 @@ func newRunCommand() *cobra.Command {
 			if err := logsapi.AddFeatureGates(fg); err != nil {
 				return err
 			}
-			if err := logsapi.ValidateAndApply(o.Logging, fg); err != nil {
+			if err := logsapi.ValidateAndApply(&o.Logging, fg); err != nil {
 				return fmt.Errorf("logging configuration: %w", err)
 			}
 			defer klog.Flush()
@@ -62,11 +69,14 @@ var flagOf = map[string]string{
 	"FrontDriver":     "--front-driver",
 	"HTTPEndpoint":    "--http-endpoint",
 	"ExpectedDrivers": "--expected-drivers",
+	"NodeLabels":      "--node-labels",
+	"NodeTaints":      "--node-taints",
 }
 
 // flagErrors names the flag of every volumemanager.ConfigError in err,
-// which may be a joined error.
-func flagErrors(err error) error {
+// which may be a joined error; with a configuration file, the file's
+// field first (nodeTaints (--node-taints)).
+func (o *RunOptions) flagErrors(err error) error {
 	errs := []error{err}
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = joined.Unwrap()
@@ -74,7 +84,11 @@ func flagErrors(err error) error {
 	out := make([]error, 0, len(errs))
 	for _, e := range errs {
 		if ce, ok := errors.AsType[*volumemanager.ConfigError](e); ok && flagOf[ce.Field] != "" {
-			e = fmt.Errorf("%s %w", flagOf[ce.Field], ce.Err)
+			name := flagOf[ce.Field]
+			if o.ConfigFile != "" {
+				name = configField[strings.TrimPrefix(name, "--")] + " (" + name + ")"
+			}
+			e = fmt.Errorf("%s %w", name, ce.Err)
 		}
 		out = append(out, e)
 	}
@@ -85,24 +99,39 @@ func flagErrors(err error) error {
 // (SIGTERM or SIGINT), after the steps in flight finished; it never
 // unmounts on the way out.
 func run(ctx context.Context, o *RunOptions) error {
+	nodeName := o.NodeName
+	if nodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("no --node-name, and the host name: %w", err)
+		}
+		nodeName = host
+	}
+	capacity, err := o.nodeCapacity()
+	if err != nil {
+		return err
+	}
 	cfg := volumemanager.Config{
-		NodeName:                 o.NodeName,
+		NodeName:                 nodeName,
 		RootDir:                  o.RootDir,
 		RegistrationDir:          o.RegistrationDir,
 		Manifests:                o.Manifests,
 		RegisterNode:             o.RegisterNode,
-		RemoveTerminatingPods:    o.RemoveTerminating,
-		WaitForContainersStopped: o.WaitForStopped,
+		RemoveTerminatingPods:    o.RemoveTerminatingPods,
+		WaitForContainersStopped: o.WaitForContainersStopped,
 		ClusterWideInformers:     o.ClusterWideInformers,
-		SettledObjectResync:      o.SettledObjectResync,
-		ResyncPeriod:             o.ResyncPeriod,
-		CSITimeout:               o.CSITimeout,
+		SettledObjectResync:      o.SettledObjectResync.Duration,
+		ResyncPeriod:             o.ResyncPeriod.Duration,
+		CSITimeout:               o.CSITimeout.Duration,
 		FrontEndpoint:            o.FrontEndpoint,
 		FrontDriver:              o.FrontDriver,
 		HTTPEndpoint:             o.HTTPEndpoint,
 		Profiling:                o.Profiling,
 		Changes:                  o.changes(),
 		ExpectedDrivers:          o.ExpectedDrivers,
+		NodeCapacity:             capacity,
+		NodeLabels:               o.NodeLabels,
+		NodeTaints:               o.nodeTaints(),
 		Version:                  buildinfo.Get().GitVersion,
 	}
 	if o.Manifests == "" {
@@ -123,7 +152,7 @@ func run(ctx context.Context, o *RunOptions) error {
 	}
 	vm, err := volumemanager.New(ctx, cfg)
 	if err != nil {
-		return flagErrors(err)
+		return o.flagErrors(err)
 	}
 	return vm.Run(ctx)
 }

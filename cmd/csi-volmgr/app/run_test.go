@@ -19,11 +19,11 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		errors.New("something else"),
 	)
 	want := "--root-dir \"relative\" must be an absolute path\n--front-driver is set without a front endpoint\nsomething else"
-	if got := flagErrors(err).Error(); got != want {
+	if got := (&RunOptions{}).flagErrors(err).Error(); got != want {
 		t.Errorf("flagErrors = %q, want %q", got, want)
 	}
 	single := &volumemanager.ConfigError{Field: "HTTPEndpoint", Err: errors.New("127.0.0.1:9809: address already in use")}
-	if got := flagErrors(single).Error(); got != "--http-endpoint 127.0.0.1:9809: address already in use" {
+	if got := (&RunOptions{}).flagErrors(single).Error(); got != "--http-endpoint 127.0.0.1:9809: address already in use" {
 		t.Errorf("flagErrors(single) = %q", got)
 	}
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
