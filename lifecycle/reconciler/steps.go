@@ -65,6 +65,13 @@ func (s *steps) progressed(key any, at time.Time) {
 	}
 }
 
+// count returns the number of steps in flight.
+func (s *steps) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.active)
+}
+
 // stalest returns the step whose last progress is the oldest.
 func (s *steps) stalest() (step, bool) {
 	s.mu.Lock()

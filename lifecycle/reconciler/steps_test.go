@@ -41,6 +41,9 @@ func TestCheckStepsFiresForAWedgedStep(t *testing.T) {
 	defer release()
 	h.setPod("p1", src)
 	h.waitCalls(t, "attach "+string(name), "stage "+string(name), "publish "+string(name)+"@p1")
+	// Only the held publish in flight: the clock jumps below, and a step
+	// that is merely slow under load would look wedged too.
+	eventually(t, "only the publish in flight", func() bool { return h.r.steps.count() == 1 })
 
 	const bound = 4 * time.Minute
 	if err := h.r.CheckSteps(bound); err != nil {
