@@ -67,7 +67,7 @@ func setImageTag(data []byte, image, tag string) ([]byte, error) {
 		return nil, err
 	}
 	// The entry runs from its "- name:" line to the next one.
-	var start, end int = -1, len(data)
+	start, end := -1, len(data)
 	for _, m := range nameLine.FindAllSubmatchIndex(data, -1) {
 		if start >= 0 {
 			end = m[0]
