@@ -194,7 +194,7 @@ images-load: images docker ## Put the HOST_PLATFORM image of each into Docker un
 
 .PHONY: deploy-image-tag
 deploy-image-tag: imagebuild ## Set the agent's tag in deploy/base's one kustomize images: entry to IMAGE_TAG (a release: IMAGE_TAG=vX.Y.Z, then commit and tag).
-	$(IMAGEBUILD) image-tag -kustomization deploy/base/kustomization.yaml -image csi-volmgr -set $(IMAGE_TAG)
+	$(IMAGEBUILD) image-tag -kustomization deploy/base/kustomization.yaml -image csi-volmgr -set '$(IMAGE_TAG)'
 
 ##@ kind (need root; not part of `make test`)
 #

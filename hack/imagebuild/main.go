@@ -129,8 +129,8 @@ func runImageTag(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *file == "" || *image == "" {
-		return fmt.Errorf("image-tag needs -kustomization and -image")
+	if *file == "" || *image == "" || fs.NArg() > 0 {
+		return fmt.Errorf("image-tag needs -kustomization and -image, and takes no argument (%q)", fs.Args())
 	}
 	data, err := os.ReadFile(*file)
 	if err != nil {
