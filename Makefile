@@ -114,7 +114,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags,
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps bin/k8s, which is slow to rebuild).
-	rm -f $(BIN)/csi-volmgr $(BIN)/sanity.log
+	rm -rf $(BIN)/csi-volmgr $(BIN)/sanity.log $(IMAGES) $(CROSS) $(IMAGEBUILD)
 
 ##@ End to end: a virtual node on a real control plane (root)
 
@@ -144,42 +144,79 @@ e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: 
 run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on examples/standalone/; Ctrl-C tears the volume down and exits.
 	BIN=$(BIN) GO=$(GO) LDFLAGS='$(LDFLAGS)' examples/standalone/run.sh
 
-##@ Container images and kind (need root; not part of `make test`)
+##@ Container images (no Docker; not part of `make test`)
+#
+# hack/imagebuild (go-containerregistry) puts static binaries, cross-compiled
+# for each of IMAGE_PLATFORMS, on an empty base: one OCI image layout per
+# image under bin/images/, holding a multi-platform index tagged IMAGE_TAG.
+# The same commit gives the same digests (-trimpath, -buildvcs=false, the
+# commit's date as every timestamp). deploy/kind/image/README.md says more.
+
+IMAGE_REGISTRY   ?= ghcr.io/csi-volmgr
+IMAGE_TAG        ?= $(VERSION)
+IMAGE_PLATFORMS  ?= linux/amd64 linux/arm64
+# The platform `make images-load` puts into Docker.
+HOST_PLATFORM    ?= linux/$(shell $(GO) env GOARCH)
+IMAGES           := $(BIN)/images
+CROSS            := $(BIN)/cross
+IMAGEBUILD       := $(BIN)/imagebuild
+AGENT_IMAGE      := $(IMAGE_REGISTRY)/csi-volmgr:$(IMAGE_TAG)
+TESTPLUGIN_IMAGE := $(IMAGE_REGISTRY)/csi-volmgr-testplugin:$(IMAGE_TAG)
+RUNTIME_IMAGE    := $(IMAGE_REGISTRY)/csi-volmgr-example-runtime:$(IMAGE_TAG)
+IMAGE_LAYOUTS    := $(IMAGES)/csi-volmgr $(IMAGES)/csi-volmgr-testplugin $(IMAGES)/csi-volmgr-example-runtime
+IMAGE_BUILD       = $(IMAGEBUILD) build -created $(BUILD_DATE) \
+                    -annotation org.opencontainers.image.version=$(IMAGE_TAG) \
+                    -annotation org.opencontainers.image.revision=$(GIT_COMMIT) \
+                    -annotation org.opencontainers.image.created=$(BUILD_DATE) \
+                    -annotation org.opencontainers.image.licenses=Apache-2.0 \
+                    $(foreach p,$(IMAGE_PLATFORMS),-platform $(p)=$(CROSS)/$(subst /,_,$(p)))
+
+.PHONY: imagebuild
+imagebuild:
+	$(GO) build -o $(IMAGEBUILD) ./hack/imagebuild
+
+.PHONY: images
+images: imagebuild ## Build the images of the agent, the CSI test plugin and the example runtime for IMAGE_PLATFORMS (linux/amd64 linux/arm64) into OCI layouts bin/images/<name>, tagged IMAGE_TAG (the version); no Docker.
+	@for p in $(IMAGE_PLATFORMS); do \
+	  out=$(CROSS)/$${p/\//_}; mkdir -p $$out; echo "go build $$p -> $$out"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -buildvcs=false \
+	    -ldflags '-s -w $(LDFLAGS) -X main.version=$(VERSION)' -o $$out/ \
+	    ./cmd/csi-volmgr ./examples/vk-runtime ./test/plugin/cmd/csi-testplugin; \
+	  mv $$out/vk-runtime $$out/csi-volmgr-example-runtime; \
+	done
+	@$(IMAGE_BUILD) -o $(IMAGES)/csi-volmgr -ref $(AGENT_IMAGE) -user 0:0 -entrypoint /csi-volmgr /csi-volmgr
+	@$(IMAGE_BUILD) -o $(IMAGES)/csi-volmgr-testplugin -ref $(TESTPLUGIN_IMAGE) -user 0:0 -entrypoint /csi-testplugin /csi-testplugin
+	@$(IMAGE_BUILD) -o $(IMAGES)/csi-volmgr-example-runtime -ref $(RUNTIME_IMAGE) -user 0:0 \
+	  -entrypoint /csi-volmgr-example-runtime /csi-volmgr-example-runtime /csi-volmgr
+	@base=$$($(IMAGEBUILD) image-tag -kustomization deploy/base/kustomization.yaml -image csi-volmgr); \
+	  if [ "$$base" != "$(IMAGE_TAG)" ]; then \
+	    echo "note: deploy/base names csi-volmgr:$$base; \`make deploy-image-tag\` sets it to $(IMAGE_TAG)"; fi
+
+.PHONY: images-load
+images-load: images docker ## Put the HOST_PLATFORM image of each into Docker under its name (docker load), for kind.
+	$(IMAGEBUILD) docker-tar -platform $(HOST_PLATFORM) $(IMAGE_LAYOUTS) | docker load
+
+.PHONY: deploy-image-tag
+deploy-image-tag: imagebuild ## Set the agent's tag in deploy/base's one kustomize images: entry to IMAGE_TAG (a release: IMAGE_TAG=vX.Y.Z, then commit and tag).
+	$(IMAGEBUILD) image-tag -kustomization deploy/base/kustomization.yaml -image csi-volmgr -set '$(IMAGE_TAG)'
+
+##@ kind (need root; not part of `make test`)
 #
 # Everything is built here from Go modules and Debian packages: no image
 # registry is reachable. deploy/kind/image/README.md says how, README.md (Run
 # under kind) what the builds cost. Outputs are cached in bin/kind and Docker.
 
 KIND_NODE_IMAGE ?= csi-volmgr-kind/node:v1.37.2
-IMAGE           ?= csi-volmgr:kind
 KIND_BUILD      := deploy/kind/image/build.sh
 # deploy/kind (the bare agent for the virtual node) or deploy/kind/runtime
 # (the example runtime embedding it: the virtual node's pods run).
 KIND_OVERLAY    ?= deploy/kind
-KIND_ENV         = KIND="$$($(KIND_BUILD) kind)" KUBECTL=$(K8S_BIN)/kubectl KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) IMAGE=$(IMAGE) KIND_OVERLAY=$(KIND_OVERLAY)
+KIND_ENV         = KIND="$$($(KIND_BUILD) kind)" KUBECTL=$(K8S_BIN)/kubectl KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
+                   KIND_OVERLAY=$(KIND_OVERLAY) IMAGE=$(AGENT_IMAGE) TESTPLUGIN_IMAGE=$(TESTPLUGIN_IMAGE) RUNTIME_IMAGE=$(RUNTIME_IMAGE)
 
 .PHONY: docker
 docker: ## Start dockerd unless one answers (installs Debian's docker.io if missing); `make kind-down` stops only a dockerd it started.
 	deploy/kind/dockerd.sh start
-
-.PHONY: image
-image: docker ## Build the agent's image (IMAGE, default csi-volmgr:kind): a static binary on an empty base.
-	mkdir -p $(BIN)/image
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/csi-volmgr ./cmd/csi-volmgr
-	DOCKER_BUILDKIT=0 docker build -q -t $(IMAGE) -f Dockerfile $(BIN)/image
-
-.PHONY: image-testplugin
-image-testplugin: docker ## Build the CSI test plugin's image csi-volmgr-testplugin:kind.
-	mkdir -p $(BIN)/image-testplugin
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(VERSION)' -o $(BIN)/image-testplugin/csi-testplugin ./test/plugin/cmd/csi-testplugin
-	DOCKER_BUILDKIT=0 docker build -q -t csi-volmgr-testplugin:kind -f deploy/kind/image/testplugin.Dockerfile $(BIN)/image-testplugin
-
-.PHONY: image-example-runtime
-image-example-runtime: docker ## Build the example runtime's image csi-volmgr-example-runtime:kind (deploy/kind/runtime).
-	mkdir -p $(BIN)/image-example-runtime
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-example-runtime/csi-volmgr-example-runtime ./examples/vk-runtime
-	CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image-example-runtime/csi-volmgr ./cmd/csi-volmgr
-	DOCKER_BUILDKIT=0 docker build -q -t csi-volmgr-example-runtime:kind -f deploy/kind/image/example-runtime.Dockerfile $(BIN)/image-example-runtime
 
 .PHONY: kind-image
 kind-image: docker ## Build the kind node image KIND_NODE_IMAGE (Kubernetes v1.37.2) from sources; cached, long the first time.
@@ -190,7 +227,7 @@ kind-deploy-images: docker ## Build the images deploy/kind uses besides ours: ex
 	$(KIND_BUILD) deploy-images
 
 .PHONY: kind-up
-kind-up: kind-image kind-deploy-images image image-testplugin $(if $(filter deploy/kind/runtime,$(KIND_OVERLAY)),image-example-runtime) $(K8S_BIN)/kubectl ## Create the kind cluster, load the images, deploy KIND_OVERLAY (agent for the virtual node + CSI test plugin).
+kind-up: kind-image kind-deploy-images images-load $(K8S_BIN)/kubectl ## Create the kind cluster, load the images, deploy KIND_OVERLAY (agent for the virtual node + CSI test plugin).
 	$(KIND_ENV) deploy/kind/up.sh
 
 .PHONY: kind-e2e

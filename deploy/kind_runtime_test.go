@@ -58,7 +58,7 @@ func TestKindRuntimePairing(t *testing.T) {
 	spec := ds.Spec.Template.Spec
 
 	if rt.Image != "csi-volmgr-example-runtime:kind" || rt.ImagePullPolicy != corev1.PullNever {
-		t.Errorf("image %s (pull %s), want csi-volmgr-example-runtime:kind, never pulled (make image-example-runtime)", rt.Image, rt.ImagePullPolicy)
+		t.Errorf("image %s (pull %s), want csi-volmgr-example-runtime:kind, never pulled (make images, then up.sh tags it)", rt.Image, rt.ImagePullPolicy)
 	}
 	if !equality.Semantic.DeepEqual(spec.NodeSelector, kindDS.Spec.Template.Spec.NodeSelector) {
 		t.Errorf("nodeSelector %v, want deploy/kind's %v: the runtime embeds the agent on its host", spec.NodeSelector, kindDS.Spec.Template.Spec.NodeSelector)

@@ -7,8 +7,13 @@
 KIND=${KIND:-kind}
 KUBECTL=${KUBECTL:-kubectl}
 CLUSTER=${KIND_CLUSTER:-csi-volmgr}
-# The image `make image` builds; up.sh tags it as the name deploy/kind uses.
+# The images `make images` builds and `make images-load` puts into Docker,
+# under the version's tag; up.sh tags each with the name deploy/kind uses
+# (KIND_IMAGE, and csi-volmgr-testplugin:kind, csi-volmgr-example-runtime:kind
+# in LOAD_IMAGES). Defaults: those names, for images already tagged so.
 IMAGE=${IMAGE:-csi-volmgr:kind}
+TESTPLUGIN_IMAGE=${TESTPLUGIN_IMAGE:-csi-volmgr-testplugin:kind}
+RUNTIME_IMAGE=${RUNTIME_IMAGE:-csi-volmgr-example-runtime:kind}
 # The node image `make kind-image` builds (deploy/kind/image).
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-csi-volmgr-kind/node:v1.37.2}
 TIMEOUT=${E2E_TIMEOUT:-180s}
@@ -17,7 +22,7 @@ TIMEOUT=${E2E_TIMEOUT:-180s}
 KIND_IMAGE=csi-volmgr:kind
 # The other images deploy/kind and its example use that are not in the node
 # image; up.sh loads them into the nodes (deploy/kind/image/build.sh
-# deploy-images and `make image-testplugin` build them).
+# deploy-images and `make images` build them).
 LOAD_IMAGES=(
 	csi-volmgr-testplugin:kind
 	registry.k8s.io/sig-storage/csi-attacher:v4.13.0

@@ -7,7 +7,8 @@
 # the CSI test plugin with its sidecars. Returns once the virtual Node is
 # registered and the driver is published in its CSINode and in the worker's.
 #
-#   make kind-up     (builds the images, then runs this)
+#   make kind-up     (builds the images, `make images-load` puts ours into
+#                     Docker, then runs this)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/kind/lib.sh
@@ -19,10 +20,18 @@ if ! "$KIND" get clusters | grep -qx "$CLUSTER"; then
 		--image "$KIND_NODE_IMAGE" --wait 180s
 fi
 
-log "loading $IMAGE as $KIND_IMAGE, and ${LOAD_IMAGES[*]}"
-if [[ "$IMAGE" != "$KIND_IMAGE" ]]; then
-	docker tag "$IMAGE" "$KIND_IMAGE"
+# The images of `make images-load`, under the names deploy/kind uses.
+retag() {
+	if [[ "$1" != "$2" ]]; then
+		docker tag "$1" "$2"
+	fi
+}
+retag "$IMAGE" "$KIND_IMAGE"
+retag "$TESTPLUGIN_IMAGE" csi-volmgr-testplugin:kind
+if [[ "$RUNTIME" == true ]]; then
+	retag "$RUNTIME_IMAGE" csi-volmgr-example-runtime:kind
 fi
+log "loading $KIND_IMAGE and ${LOAD_IMAGES[*]}"
 "$KIND" load docker-image --name "$CLUSTER" "$KIND_IMAGE" "${LOAD_IMAGES[@]}"
 
 log "deploying $OVERLAY"
