@@ -110,9 +110,11 @@ func Attach(backingFile string) (string, error) {
 var loopConfigure = unix.IoctlLoopConfigure
 
 // configure sets up dev over backing in one LOOP_CONFIGURE (Linux 5.8 and
-// later). Where the kernel does not know it (EINVAL, ENOTTY or ENOSYS, as
-// util-linux's losetup reads them) it falls back to the two steps older
-// kernels have, LOOP_SET_FD and LOOP_SET_STATUS64, with the same flags.
+// later). Where the kernel does not know it it falls back to the two steps
+// older kernels have, LOOP_SET_FD and LOOP_SET_STATUS64, with the same
+// flags. "Does not know it" is read as util-linux's losetup reads it:
+// EINVAL (what the loop driver before 5.8 answers an ioctl it does not
+// have), ENOTTY or ENOSYS.
 func configure(dev string, backing *os.File, backingFile string, flags uint32) error {
 	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err != nil {
