@@ -63,7 +63,7 @@ $(GOLANGCI_LINT):
 ##@ Verify and test
 
 .PHONY: test
-test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code.
+test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup test-kubelet-metrics ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code.
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-clean.
@@ -103,6 +103,10 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 .PHONY: test-kubelet-fsgroup
 test-kubelet-fsgroup: ## The fsGroup ownership change against the kubelet's own code, file by file (module test/kubelet).
 	cd test/kubelet && $(GO) vet ./fsgroup/ && $(GO) test $(TESTFLAGS) ./fsgroup/
+
+.PHONY: test-kubelet-metrics
+test-kubelet-metrics: ## The volume metrics' names, types, help and labels against the kubelet's own definitions (module test/kubelet).
+	cd test/kubelet && $(GO) vet ./metrics/ && $(GO) test $(TESTFLAGS) ./metrics/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags, e.g. -parallel=1).

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,14 +15,19 @@ import (
 // therefore named csi_operations_seconds, like the kubelet's.
 const MetricsSubsystem = "csi"
 
+// MigratedLabel is the kubelet's label of csi_operations_seconds that says
+// whether the volume was migrated from an in-tree plugin.
+const MigratedLabel = "migrated"
+
 // Metrics records the latency of every CSI call made by the Clients that
 // share it, as the histogram
 //
-//	csi_operations_seconds{driver_name, method_name, grpc_status_code}
+//	csi_operations_seconds{driver_name, method_name, grpc_status_code, migrated}
 //
 // method_name is the full gRPC method ("/csi.v1.Node/NodeStageVolume") and
 // grpc_status_code the code name ("OK", "DeadlineExceeded", ...), as
-// recorded by the csi-lib-utils connection interceptor.
+// recorded by the csi-lib-utils connection interceptor; migrated is
+// "false", the kubelet's labels (pkg/volume/util/metrics.go).
 //
 // One Metrics serves any number of drivers: each driver name gets its own
 // csi-lib-utils metrics manager and registry (their driver_name label is
@@ -54,9 +60,18 @@ func (m *Metrics) manager(driver string) metrics.CSIMetricsManager {
 		// Several managers live in one process; process_start_time_seconds
 		// from each would collide when merged.
 		metrics.WithProcessStartTime(false),
+		// The kubelet's label set: its calls carry migrated, "true" for
+		// in-tree volumes translated to CSI; the agent does not mark them.
+		metrics.WithLabels(map[string]string{MigratedLabel: "false"}),
 	)
 	m.managers[driver] = mm
 	return mm
+}
+
+// Record records one call of method to driver that ended with err after d,
+// as the connection interceptor of every Client records its calls.
+func (m *Metrics) Record(driver, method string, err error, d time.Duration) {
+	m.manager(driver).RecordMetrics(method, err, d)
 }
 
 // Gather implements prometheus.Gatherer: it merges the metrics of all

@@ -74,14 +74,14 @@ func TestMetricsTwoDriversOneEndpoint(t *testing.T) {
 	// counts: the +Inf bucket and _count lines.
 	want := `# HELP csi_operations_seconds [ALPHA] Container Storage Interface operation duration with gRPC error code status total
 # TYPE csi_operations_seconds histogram
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="Internal",method_name="/csi.v1.Node/NodeStageVolume",le="+Inf"} 1
-csi_operations_seconds_count{driver_name="a.csi.test",grpc_status_code="Internal",method_name="/csi.v1.Node/NodeStageVolume"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="+Inf"} 2
-csi_operations_seconds_count{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume"} 2
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerGetCapabilities",le="+Inf"} 1
-csi_operations_seconds_count{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerGetCapabilities"} 1
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeGetInfo",le="+Inf"} 1
-csi_operations_seconds_count{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeGetInfo"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="Internal",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="+Inf"} 1
+csi_operations_seconds_count{driver_name="a.csi.test",grpc_status_code="Internal",method_name="/csi.v1.Node/NodeStageVolume",migrated="false"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="+Inf"} 2
+csi_operations_seconds_count{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false"} 2
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerGetCapabilities",migrated="false",le="+Inf"} 1
+csi_operations_seconds_count{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerGetCapabilities",migrated="false"} 1
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeGetInfo",migrated="false",le="+Inf"} 1
+csi_operations_seconds_count{driver_name="b.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeGetInfo",migrated="false"} 1
 `
 	var got strings.Builder
 	for line := range strings.Lines(string(body)) {

@@ -26,38 +26,38 @@ func TestMetricsExposition(t *testing.T) {
 	want := `
 # HELP csi_operations_seconds [ALPHA] Container Storage Interface operation duration with gRPC error code status total
 # TYPE csi_operations_seconds histogram
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="0.1"} 0
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="0.25"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="0.5"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="1"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="2.5"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="5"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="10"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="15"} 1
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="25"} 2
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="50"} 2
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="120"} 2
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="300"} 2
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="600"} 2
-csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",le="+Inf"} 2
-csi_operations_seconds_sum{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume"} 20.2
-csi_operations_seconds_count{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume"} 2
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="0.1"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="0.25"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="0.5"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="1"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="2.5"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="5"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="10"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="15"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="25"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="50"} 0
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="120"} 1
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="300"} 1
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="600"} 1
-csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",le="+Inf"} 1
-csi_operations_seconds_sum{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume"} 120
-csi_operations_seconds_count{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="0.1"} 0
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="0.25"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="0.5"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="1"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="2.5"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="5"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="10"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="15"} 1
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="25"} 2
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="50"} 2
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="120"} 2
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="300"} 2
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="600"} 2
+csi_operations_seconds_bucket{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false",le="+Inf"} 2
+csi_operations_seconds_sum{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false"} 20.2
+csi_operations_seconds_count{driver_name="a.csi.test",grpc_status_code="OK",method_name="/csi.v1.Node/NodeStageVolume",migrated="false"} 2
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="0.1"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="0.25"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="0.5"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="1"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="2.5"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="5"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="10"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="15"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="25"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="50"} 0
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="120"} 1
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="300"} 1
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="600"} 1
+csi_operations_seconds_bucket{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false",le="+Inf"} 1
+csi_operations_seconds_sum{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false"} 120
+csi_operations_seconds_count{driver_name="b.csi.test",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Node/NodePublishVolume",migrated="false"} 1
 `
 	if err := testutil.GatherAndCompare(m, strings.NewReader(want), "csi_operations_seconds"); err != nil {
 		t.Fatal(err)

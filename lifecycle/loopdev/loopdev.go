@@ -7,6 +7,10 @@
 // does: a loop device over a block volume's map file holds the device open
 // while a pod uses it, so that the device cannot silently go away and be
 // replaced by another one of the same name.
+//
+// A device is configured with LOOP_CONFIGURE (Linux 5.8), or on older
+// kernels (RHEL 8's 4.18) with LOOP_SET_FD and LOOP_SET_STATUS64, as
+// util-linux's losetup does.
 package loopdev
 
 import (
@@ -15,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -100,6 +105,16 @@ func Attach(backingFile string) (string, error) {
 	return "", fmt.Errorf("no free loop device after %d attempts", attachAttempts)
 }
 
+// loopConfigure is the LOOP_CONFIGURE ioctl; tests replace it to act as a
+// kernel without it.
+var loopConfigure = unix.IoctlLoopConfigure
+
+// configure sets up dev over backing in one LOOP_CONFIGURE (Linux 5.8 and
+// later). Where the kernel does not know it it falls back to the two steps
+// older kernels have, LOOP_SET_FD and LOOP_SET_STATUS64, with the same
+// flags. "Does not know it" is read as util-linux's losetup reads it:
+// EINVAL (what the loop driver before 5.8 answers an ioctl it does not
+// have), ENOTTY or ENOSYS.
 func configure(dev string, backing *os.File, backingFile string, flags uint32) error {
 	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err != nil {
@@ -109,8 +124,42 @@ func configure(dev string, backing *os.File, backingFile string, flags uint32) e
 	cfg := unix.LoopConfig{Fd: uint32(backing.Fd())}
 	cfg.Info.Flags = flags
 	copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], backingFile)
-	if err := unix.IoctlLoopConfigure(int(f.Fd()), &cfg); err != nil {
+	err = loopConfigure(int(f.Fd()), &cfg)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOTTY) && !errors.Is(err, unix.ENOSYS) {
 		return fmt.Errorf("LOOP_CONFIGURE %s: %w", dev, err)
+	}
+	return setFDAndStatus(f, dev, backing, &cfg.Info)
+}
+
+// statusAttempts bounds the retries of LOOP_SET_STATUS64 while the kernel
+// answers EAGAIN (it could not drop the device's page cache yet).
+const statusAttempts = 8
+
+// setFDAndStatus is configure for kernels before 5.8: LOOP_SET_FD binds the
+// backing file (the device is read-only when the file was opened
+// read-only, as LOOP_CONFIGURE's LO_FLAGS_READ_ONLY makes it), then
+// LOOP_SET_STATUS64 sets the name and the flags it may set. A failure of
+// the second step clears the device again, so that no half-configured
+// device is left behind.
+func setFDAndStatus(f *os.File, dev string, backing *os.File, info *unix.LoopInfo64) error {
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_SET_FD, int(backing.Fd())); err != nil {
+		return fmt.Errorf("LOOP_SET_FD %s: %w", dev, err)
+	}
+	var err error
+	for i := range statusAttempts {
+		if err = unix.IoctlLoopSetStatus64(int(f.Fd()), info); !errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		time.Sleep(time.Duration(i+1) * 50 * time.Millisecond)
+	}
+	if err != nil {
+		if clrErr := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); clrErr != nil {
+			return fmt.Errorf("LOOP_SET_STATUS64 %s: %w (and LOOP_CLR_FD: %w)", dev, err, clrErr)
+		}
+		return fmt.Errorf("LOOP_SET_STATUS64 %s: %w", dev, err)
 	}
 	return nil
 }

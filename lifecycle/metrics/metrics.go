@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	k8smetrics "k8s.io/component-base/metrics"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -16,6 +17,11 @@ const (
 	StatusSuccess     = "success"
 	StatusFailUnknown = "fail-unknown"
 )
+
+// MigratedFalse is the migrated label value of every step: the agent
+// records steps of in-tree volumes it translated to CSI (CSI migration) as
+// of their CSI driver, without marking them migrated.
+const MigratedFalse = "false"
 
 // pluginPrefix makes the kubelet's fully qualified plugin name of a CSI
 // driver: "kubernetes.io/csi:<driver>".
@@ -46,7 +52,7 @@ type Config struct {
 // Metrics records the lifecycle's metrics. Its methods are safe for
 // concurrent use.
 type Metrics struct {
-	operations *prometheus.HistogramVec
+	operations *k8smetrics.HistogramVec
 	podReady   prometheus.Histogram
 	workqueue  *workqueueMetrics
 }
@@ -57,11 +63,7 @@ func New(cfg Config) (*Metrics, error) {
 		return nil, errors.New("metrics: Config.Registerer is required")
 	}
 	m := &Metrics{
-		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "storage_operation_duration_seconds",
-			Help:    "Storage operation duration",
-			Buckets: OperationBuckets,
-		}, []string{"volume_plugin", "operation_name", "status"}),
+		operations: NewOperationHistogram(),
 		podReady: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "csi_volmgr_pod_volumes_ready_seconds",
 			Help: "Time from the event that made a pod's volumes wanted (the pod's add or change) " +
@@ -70,11 +72,16 @@ func New(cfg Config) (*Metrics, error) {
 		}),
 		workqueue: newWorkqueueMetrics(),
 	}
-	collectors := []prometheus.Collector{m.operations, m.podReady}
-	collectors = append(collectors, m.workqueue.collectors()...)
-	if cfg.Volumes != nil {
-		collectors = append(collectors, &volumeCollector{counts: cfg.Volumes})
+	if err := Register(cfg.Registerer, m.operations); err != nil {
+		return nil, fmt.Errorf("registering lifecycle metrics: %w", err)
 	}
+	if cfg.Volumes != nil {
+		if err := RegisterStable(cfg.Registerer, NewVolumeCollector(cfg.Volumes)); err != nil {
+			return nil, fmt.Errorf("registering lifecycle metrics: %w", err)
+		}
+	}
+	collectors := []prometheus.Collector{m.podReady}
+	collectors = append(collectors, m.workqueue.collectors()...)
 	for _, c := range collectors {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("registering lifecycle metrics: %w", err)
@@ -83,17 +90,72 @@ func New(cfg Config) (*Metrics, error) {
 	return m, nil
 }
 
+// NewOperationHistogram returns storage_operation_duration_seconds as the
+// kubelet defines it (k8s.io/kubernetes pkg/volume/util/metrics.go): a
+// BETA histogram with its buckets and the labels volume_plugin,
+// operation_name, status and migrated. It is not registered.
+func NewOperationHistogram() *k8smetrics.HistogramVec {
+	return k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
+		Name:           "storage_operation_duration_seconds",
+		Help:           "Storage operation duration",
+		Buckets:        OperationBuckets,
+		StabilityLevel: k8smetrics.BETA,
+	}, []string{"volume_plugin", "operation_name", "status", "migrated"})
+}
+
+// Register creates the component-base metric c, as a component-base
+// registry does, and registers it into reg, so that metrics defined as
+// the kubelet defines them live in the caller's registry.
+func Register(reg prometheus.Registerer, c k8smetrics.Registerable) error {
+	if !c.Create(nil) {
+		return nil // hidden
+	}
+	return reg.Register(c)
+}
+
+// RegisterStable does for a component-base StableCollector what Register
+// does for a metric.
+func RegisterStable(reg prometheus.Registerer, c k8smetrics.StableCollector) error {
+	if !c.Create(nil, c) {
+		return nil // every metric hidden
+	}
+	return reg.Register(c)
+}
+
+// OperationName is the kubelet's operation_name of step for a volume of
+// access type access: a block volume's stage and publish are its
+// map_volume, its unpublish unmap_volume and its unstage unmap_device (the
+// kubelet's GenerateMapVolumeFunc, GenerateUnmapVolumeFunc and
+// GenerateUnmapDeviceFunc); every other step is named as for a file
+// system.
+func OperationName(step volume.Step, access volume.AccessType) string {
+	if access == volume.Block {
+		switch step {
+		case volume.StepStage, volume.StepPublish:
+			return "map_volume"
+		case volume.StepUnpublish:
+			return "unmap_volume"
+		case volume.StepUnstage:
+			return "unmap_device"
+		}
+	}
+	return string(step)
+}
+
 // ObserveOperation records one lifecycle step of a volume of driver that
 // took d, in storage_operation_duration_seconds{volume_plugin,
-// operation_name, status}: volume_plugin is "kubernetes.io/csi:<driver>",
-// operation_name the step (e.g. "mount_device") and status "success" when
-// err is nil, else "fail-unknown", as the kubelet records them.
-func (m *Metrics) ObserveOperation(driver string, step volume.Step, err error, d time.Duration) {
+// operation_name, status, migrated}: volume_plugin is
+// "kubernetes.io/csi:<driver>", operation_name the kubelet's name of the
+// step for the access type (OperationName: "mount_device" for a file
+// system's stage, "map_volume" for a block volume's), status "success"
+// when err is nil, else "fail-unknown", as the kubelet records them, and
+// migrated "false".
+func (m *Metrics) ObserveOperation(driver string, step volume.Step, access volume.AccessType, err error, d time.Duration) {
 	status := StatusSuccess
 	if err != nil {
 		status = StatusFailUnknown
 	}
-	m.operations.WithLabelValues(PluginName(driver), string(step), status).Observe(d.Seconds())
+	m.operations.WithLabelValues(PluginName(driver), OperationName(step, access), status, MigratedFalse).Observe(d.Seconds())
 }
 
 // ObservePodReady records, in csi_volmgr_pod_volumes_ready_seconds, the

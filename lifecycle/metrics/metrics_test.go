@@ -2,6 +2,8 @@ package metrics_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,48 +32,88 @@ func newMetrics(t *testing.T, cfg metrics.Config) (*metrics.Metrics, *prometheus
 // compares the exposition with the kubelet's names, labels and buckets.
 func TestOperationDuration(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Config{})
-	m.ObserveOperation("a.csi.test", volume.StepStage, nil, 200*time.Millisecond)
-	m.ObserveOperation("a.csi.test", volume.StepStage, nil, 20*time.Second)
-	m.ObserveOperation("b.csi.test", volume.StepPublish, errors.New("boom"), 700*time.Second)
+	m.ObserveOperation("a.csi.test", volume.StepStage, volume.Filesystem, nil, 200*time.Millisecond)
+	m.ObserveOperation("a.csi.test", volume.StepStage, volume.Filesystem, nil, 20*time.Second)
+	m.ObserveOperation("b.csi.test", volume.StepPublish, volume.Filesystem, errors.New("boom"), 700*time.Second)
 
 	want := `
-# HELP storage_operation_duration_seconds Storage operation duration
+# HELP storage_operation_duration_seconds [BETA] Storage operation duration
 # TYPE storage_operation_duration_seconds histogram
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.1"} 0
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.25"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.5"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="1"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="2.5"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="5"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="10"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="15"} 1
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="25"} 2
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="50"} 2
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="120"} 2
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="300"} 2
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="600"} 2
-storage_operation_duration_seconds_bucket{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="+Inf"} 2
-storage_operation_duration_seconds_sum{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test"} 20.2
-storage_operation_duration_seconds_count{operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test"} 2
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.1"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.25"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.5"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="1"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="2.5"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="5"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="10"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="15"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="25"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="50"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="120"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="300"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="600"} 0
-storage_operation_duration_seconds_bucket{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="+Inf"} 1
-storage_operation_duration_seconds_sum{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test"} 700
-storage_operation_duration_seconds_count{operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.1"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.25"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="0.5"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="1"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="2.5"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="5"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="10"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="15"} 1
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="25"} 2
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="50"} 2
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="120"} 2
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="300"} 2
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="600"} 2
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test",le="+Inf"} 2
+storage_operation_duration_seconds_sum{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test"} 20.2
+storage_operation_duration_seconds_count{migrated="false",operation_name="mount_device",status="success",volume_plugin="kubernetes.io/csi:a.csi.test"} 2
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.1"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.25"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="0.5"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="1"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="2.5"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="5"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="10"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="15"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="25"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="50"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="120"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="300"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="600"} 0
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test",le="+Inf"} 1
+storage_operation_duration_seconds_sum{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test"} 700
+storage_operation_duration_seconds_count{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/csi:b.csi.test"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "storage_operation_duration_seconds"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBlockOperationNames: a block volume's steps are recorded under the
+// kubelet's names for them, map_volume, unmap_volume and unmap_device; a
+// file system's under mount_device, volume_mount, volume_unmount and
+// unmount_device.
+func TestBlockOperationNames(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Config{})
+	steps := []volume.Step{volume.StepWaitForAttach, volume.StepStage, volume.StepPublish, volume.StepUnpublish,
+		volume.StepUnstage, volume.StepExpand}
+	for _, access := range []volume.AccessType{volume.Filesystem, volume.Block} {
+		for _, s := range steps {
+			m.ObserveOperation("a.csi.test", s, access, nil, time.Second)
+		}
+	}
+	var got []string
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "storage_operation_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			var name string
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "operation_name" {
+					name = l.GetValue()
+				}
+			}
+			got = append(got, fmt.Sprintf("%s=%d", name, mt.GetHistogram().GetSampleCount()))
+		}
+	}
+	slices.Sort(got)
+	want := []string{"expand_volume=2", "map_volume=2", "mount_device=1", "unmap_device=1", "unmap_volume=1",
+		"unmount_device=1", "verify_controller_attached_volume=2", "volume_mount=1", "volume_unmount=1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("operation_name counts %v, want %v", got, want)
 	}
 }
 
@@ -130,7 +172,7 @@ func TestTotalVolumesReadAtScrape(t *testing.T) {
 	}})
 
 	header := `
-# HELP volume_manager_total_volumes Number of volumes in Volume Manager
+# HELP volume_manager_total_volumes [ALPHA] Number of volumes in Volume Manager
 # TYPE volume_manager_total_volumes gauge
 `
 	want := header + `volume_manager_total_volumes{plugin_name="kubernetes.io/csi:a.csi.test",state="actual_state_of_world"} 2

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/prometheus/client_golang/prometheus"
+	k8smetrics "k8s.io/component-base/metrics"
 )
 
 // States of volume_manager_total_volumes, as the kubelet's.
@@ -22,28 +22,39 @@ type VolumeCounts struct {
 	Actual  map[string]int
 }
 
-var totalVolumesDesc = prometheus.NewDesc(
+// totalVolumesDesc is volume_manager_total_volumes as the kubelet defines
+// it (pkg/kubelet/volumemanager/metrics).
+var totalVolumesDesc = k8smetrics.NewDesc(
 	"volume_manager_total_volumes",
 	"Number of volumes in Volume Manager",
 	[]string{"plugin_name", "state"}, nil,
+	k8smetrics.ALPHA, "",
 )
 
 // volumeCollector exports volume_manager_total_volumes from the caller's
 // counts at scrape time, so the numbers are read from the stores and never
 // drift as maintained counters could.
 type volumeCollector struct {
+	k8smetrics.BaseStableCollector
 	counts func() VolumeCounts
 }
 
-var _ prometheus.Collector = &volumeCollector{}
+var _ k8smetrics.StableCollector = &volumeCollector{}
 
-// Describe implements prometheus.Collector.
-func (c *volumeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- totalVolumesDesc }
+// NewVolumeCollector returns the collector of volume_manager_total_volumes
+// over counts, not registered (RegisterStable registers it).
+func NewVolumeCollector(counts func() VolumeCounts) k8smetrics.StableCollector {
+	return &volumeCollector{counts: counts}
+}
 
-// Collect implements prometheus.Collector. A driver known in either state
-// is exported in both, with 0 where it has no volume, so a series drops to
-// 0 rather than vanishing while the driver still has volumes elsewhere.
-func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
+// DescribeWithStability implements k8smetrics.StableCollector.
+func (c *volumeCollector) DescribeWithStability(ch chan<- *k8smetrics.Desc) { ch <- totalVolumesDesc }
+
+// CollectWithStability implements k8smetrics.StableCollector. A driver
+// known in either state is exported in both, with 0 where it has no
+// volume, so a series drops to 0 rather than vanishing while the driver
+// still has volumes elsewhere.
+func (c *volumeCollector) CollectWithStability(ch chan<- k8smetrics.Metric) {
 	counts := c.counts()
 	drivers := make(map[string]struct{}, len(counts.Desired)+len(counts.Actual))
 	for d := range counts.Desired {
@@ -53,9 +64,9 @@ func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
 		drivers[d] = struct{}{}
 	}
 	for _, d := range slices.Sorted(maps.Keys(drivers)) {
-		ch <- prometheus.MustNewConstMetric(totalVolumesDesc, prometheus.GaugeValue,
+		ch <- k8smetrics.NewLazyConstMetric(totalVolumesDesc, k8smetrics.GaugeValue,
 			float64(counts.Desired[d]), PluginName(d), StateDesired)
-		ch <- prometheus.MustNewConstMetric(totalVolumesDesc, prometheus.GaugeValue,
+		ch <- k8smetrics.NewLazyConstMetric(totalVolumesDesc, k8smetrics.GaugeValue,
 			float64(counts.Actual[d]), PluginName(d), StateActual)
 	}
 }

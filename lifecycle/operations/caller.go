@@ -55,7 +55,7 @@ func (o *Operations) StageRequest(ctx context.Context, driver string, req *csi.N
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(driver, volume.StepStage, start, err) }()
+	defer func() { o.observe(driver, volume.StepStage, accessOf(req.GetVolumeCapability()), start, err) }()
 	s := o.beginStage(ctx, name, requestID(driver, req.GetVolumeId(), req.GetVolumeCapability()), true)
 
 	path, digest := req.GetStagingTargetPath(), requestDigest(req)
@@ -113,7 +113,7 @@ func (o *Operations) PublishRequest(ctx context.Context, driver string, pod type
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(driver, volume.StepPublish, start, err) }()
+	defer func() { o.observe(driver, volume.StepPublish, accessOf(req.GetVolumeCapability()), start, err) }()
 	s := o.beginPublish(ctx, key, requestID(driver, req.GetVolumeId(), req.GetVolumeCapability()), true)
 
 	target, digest := req.GetTargetPath(), requestDigest(req)
@@ -199,7 +199,7 @@ func (o *Operations) ExpandVolume(ctx context.Context, driver string, req *csi.N
 		return nil, err
 	}
 	start := time.Now()
-	defer func() { o.observe(driver, volume.StepExpand, start, err) }()
+	defer func() { o.observe(driver, volume.StepExpand, accessOf(req.GetVolumeCapability()), start, err) }()
 	client, err := o.driver(driver)
 	if err != nil {
 		return nil, err
@@ -253,11 +253,15 @@ func (o *Operations) knowsPath(name volume.Name, path string) error {
 
 // requestID is what the asw records about the volume of a CO's request.
 func requestID(driver, handle string, c *csi.VolumeCapability) volume.ID {
-	access := volume.Filesystem
+	return volume.ID{Driver: driver, Handle: handle, AccessType: accessOf(c)}
+}
+
+// accessOf is the access type of a CO's volume capability.
+func accessOf(c *csi.VolumeCapability) volume.AccessType {
 	if c.GetBlock() != nil {
-		access = volume.Block
+		return volume.Block
 	}
-	return volume.ID{Driver: driver, Handle: handle, AccessType: access}
+	return volume.Filesystem
 }
 
 // requestDigest is the hex SHA-256 of req's deterministic encoding without

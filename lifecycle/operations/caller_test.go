@@ -74,7 +74,7 @@ func TestStageRequestSendsTheCallersRequest(t *testing.T) {
 	if exists(t, req.StagingTargetPath) {
 		t.Error("the agent created the caller's staging path; that is the caller's job")
 	}
-	if obs := h.obs.list(); len(obs) != 1 || obs[0] != (observation{testDriver, volume.StepStage, nil}) {
+	if obs := h.obs.list(); len(obs) != 1 || obs[0] != (observation{testDriver, volume.StepStage, volume.Filesystem, nil}) {
 		t.Errorf("observations = %+v, want one successful stage", obs)
 	}
 	if _, err := os.Stat(filepath.Join(h.root, "plugins")); !errors.Is(err, os.ErrNotExist) {

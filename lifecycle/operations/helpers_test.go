@@ -119,6 +119,7 @@ func (fakeTokens) ServiceAccountToken(_ context.Context, pod volume.PodInfo, req
 type observation struct {
 	driver string
 	step   volume.Step
+	access volume.AccessType
 	err    error
 }
 
@@ -127,13 +128,13 @@ type fakeObserver struct {
 	obs []observation
 }
 
-func (f *fakeObserver) ObserveOperation(driver string, step volume.Step, err error, d time.Duration) {
+func (f *fakeObserver) ObserveOperation(driver string, step volume.Step, access volume.AccessType, err error, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if d < 0 {
 		panic("negative duration")
 	}
-	f.obs = append(f.obs, observation{driver, step, err})
+	f.obs = append(f.obs, observation{driver, step, access, err})
 }
 
 func (f *fakeObserver) list() []observation {

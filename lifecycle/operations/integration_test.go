@@ -296,6 +296,18 @@ func TestRealPluginBlockVolume(t *testing.T) {
 		t.Fatalf("Unstage: %v", err)
 	}
 	ph.assertClean(t)
+	// Every step is observed as a block volume's, so that its metric
+	// carries the kubelet's map_volume, unmap_volume and unmap_device.
+	var steps []volume.Step
+	for _, o := range ph.obs.list() {
+		steps = append(steps, o.step)
+		if o.access != volume.Block || o.err != nil {
+			t.Errorf("observed %+v, want a successful step of a block volume", o)
+		}
+	}
+	if want := []volume.Step{volume.StepStage, volume.StepPublish, volume.StepUnpublish, volume.StepUnstage}; !slices.Equal(steps, want) {
+		t.Errorf("observed steps %v, want %v", steps, want)
+	}
 }
 
 // TestBlockUnstageWaitsForMappedDevices: a device left in the global map

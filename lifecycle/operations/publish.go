@@ -60,7 +60,7 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(src.Driver, volume.StepPublish, start, err) }()
+	defer func() { o.observe(src.Driver, volume.StepPublish, src.AccessType, start, err) }()
 	s := o.beginPublish(ctx, key, src.ID, false)
 	s.logger = s.logger.WithValues("pod", klog.KRef(pv.Pod.Namespace, pv.Pod.Name))
 
@@ -203,7 +203,7 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 	}
 	v, _ := o.state.Volume(key.Volume)
 	start := time.Now()
-	defer func() { o.observe(v.Driver, volume.StepUnpublish, start, err) }()
+	defer func() { o.observe(v.Driver, volume.StepUnpublish, v.AccessType, start, err) }()
 	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", v.Driver, "podUID", key.Pod)
 
 	fail := func(state volume.PublishState, err error) error {

@@ -48,7 +48,7 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(src.Driver, volume.StepStage, start, err) }()
+	defer func() { o.observe(src.Driver, volume.StepStage, src.AccessType, start, err) }()
 	s := o.beginStage(ctx, name, src.ID, false)
 
 	if s.known && s.prev.External {
@@ -145,7 +145,7 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 		return err
 	}
 	start := time.Now()
-	defer func() { o.observe(v.Driver, volume.StepUnstage, start, err) }()
+	defer func() { o.observe(v.Driver, volume.StepUnstage, v.AccessType, start, err) }()
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", v.Driver)
 
 	fail := func(state volume.StageState, err error) error {

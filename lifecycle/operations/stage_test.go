@@ -77,7 +77,7 @@ func TestStageSendsTheKubeletRequest(t *testing.T) {
 	if fi, err := os.Stat(want.StagingTargetPath); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
 		t.Errorf("staging directory: %v, %v; want a 0750 directory", fi, err)
 	}
-	wantObs := []observation{{testDriver, volume.StepWaitForAttach, nil}, {testDriver, volume.StepStage, nil}}
+	wantObs := []observation{{testDriver, volume.StepWaitForAttach, volume.Filesystem, nil}, {testDriver, volume.StepStage, volume.Filesystem, nil}}
 	if got := h.obs.list(); !slices.Equal(got, wantObs) {
 		t.Errorf("observed %v, want %v", got, wantObs)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
-	"github.com/moby/sys/mountinfo"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
@@ -224,20 +226,33 @@ func blockMapped(pub paths.Publishing) bool {
 	return err == nil
 }
 
-// mountedBelow says whether anything is mounted below dir.
+// mountInfoPath is the mount table mountedBelow reads.
+const mountInfoPath = "/proc/self/mountinfo"
+
+// mountedBelow says whether anything is mounted below dir. The table is
+// read with mount-utils' parser, the kubelet's, which leaves the kernel's
+// octal escapes (a space is \040) in mount points: dir is escaped the same
+// way before it is compared.
 func mountedBelow(ctx context.Context, dir string) bool {
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	infos, err := mount.ParseMountInfo(mountInfoPath)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Mount not proven intact", "path", dir, "err", err)
 		return false
 	}
-	for _, m := range mounts {
-		if m.Mountpoint != dir {
+	prefix := escapeMountPoint(filepath.Clean(dir)) + "/"
+	for _, m := range infos {
+		if strings.HasPrefix(m.MountPoint, prefix) {
 			return true
 		}
 	}
 	return false
 }
+
+// mountPointEscaper writes a path as the kernel writes a mount point in
+// /proc/self/mountinfo (fs/proc_namespace.c, mangle " \t\n\\").
+var mountPointEscaper = strings.NewReplacer(" ", `\040`, "\t", `\011`, "\n", `\012`, `\`, `\134`)
+
+func escapeMountPoint(p string) string { return mountPointEscaper.Replace(p) }
 
 // intact says whether path is still a mount point. Any doubt (missing,
 // unreadable, "transport endpoint is not connected") means not proven.

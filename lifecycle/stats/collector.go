@@ -20,6 +20,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/metrics"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -159,7 +160,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, last: map[volume.Name]VolumeStats{}}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(&metricsCollector{c: c}); err != nil {
+		if err := metrics.RegisterStable(cfg.Registerer, NewMetrics(c.Volumes)); err != nil {
 			return nil, fmt.Errorf("registering volume stats metrics: %w", err)
 		}
 	}

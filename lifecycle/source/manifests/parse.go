@@ -1,9 +1,11 @@
 package manifests
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 )
@@ -90,8 +93,16 @@ func isManifestName(name string) bool {
 // cannot be used fails the whole file with a *ParseError, so that a file is
 // taken either completely or not at all.
 func parseFile(file string, data []byte) ([]object, error) {
+	docs, err := splitDocuments(data)
+	if err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) {
+			pe.File = file
+		}
+		return nil, err
+	}
 	var out []object
-	for _, doc := range splitDocuments(data) {
+	for _, doc := range docs {
 		if isBlank(doc.data) {
 			continue
 		}
@@ -109,29 +120,67 @@ func parseFile(file string, data []byte) ([]object, error) {
 	return out, nil
 }
 
-// splitDocuments splits a YAML stream at its "---" lines.
-func splitDocuments(data []byte) []document {
-	var (
-		docs  []document
-		cur   bytes.Buffer
-		start = 1
-	)
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	for i, line := range lines {
-		if isSeparator(line) {
-			docs = append(docs, document{line: start, data: bytes.Clone(cur.Bytes())})
-			cur.Reset()
-			start = i + 2
-			continue
+// splitDocuments splits a YAML stream into its documents with
+// apimachinery's YAML reader (the one kubectl reads manifests with). The
+// reader returns every line it takes in a document, but for the separator
+// that ends one, so a document starts on the line after those taken
+// before it; a document that starts with a separator (the file's first,
+// or one after a run of them) starts on the line after that. A separator
+// line with more than a comment after "---" is an error on that line. The
+// documents' lines end in "\n", whatever ended them in the file.
+func splitDocuments(data []byte) ([]document, error) {
+	feed := &lineFeeder{data: data}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(feed))
+	var docs []document
+	for {
+		line := feed.lines + 1
+		data, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
 		}
-		cur.Write(line)
+		if err != nil {
+			return nil, &ParseError{Line: max(feed.lines, 1), Err: fmt.Errorf("not valid YAML: %w", err)}
+		}
+		if bytes.HasPrefix(data, []byte(separator)) {
+			_, data, _ = bytes.Cut(data, []byte("\n"))
+			line++
+		}
+		if len(data) == 0 {
+			continue // a separator after a separator
+		}
+		docs = append(docs, document{line: line, data: bytes.Clone(data)})
 	}
-	return append(docs, document{line: start, data: cur.Bytes()})
 }
 
-func isSeparator(line []byte) bool {
-	line = bytes.TrimRight(line, " \t\r\n")
-	return bytes.Equal(line, []byte("---")) || bytes.HasPrefix(line, []byte("--- "))
+// separator starts the lines the YAML reader splits documents at.
+const separator = "---"
+
+// lineFeeder hands its data to a bufio.Reader at most one line per Read,
+// so that the lines it has handed out are the lines read from the
+// bufio.Reader: bufio reads on only when it holds no whole line.
+type lineFeeder struct {
+	data []byte
+	pos  int
+	// lines counts the lines handed out whole (the last one may lack its
+	// "\n").
+	lines int
+}
+
+// Read implements io.Reader.
+func (f *lineFeeder) Read(p []byte) (int, error) {
+	if f.pos == len(f.data) {
+		return 0, io.EOF
+	}
+	end := len(f.data)
+	if i := bytes.IndexByte(f.data[f.pos:], '\n'); i >= 0 {
+		end = f.pos + i + 1
+	}
+	n := copy(p, f.data[f.pos:end])
+	f.pos += n
+	if f.pos == end {
+		f.lines++
+	}
+	return n, nil
 }
 
 // isBlank says whether a document has nothing but blank lines and comments.

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +121,52 @@ func TestIsManifestName(t *testing.T) {
 		if got := isManifestName(name); got != want {
 			t.Errorf("isManifestName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestSplitDocumentsLines: the file line each document starts on is right
+// however the documents are separated: runs of separators, separators
+// with comments, CRLF line ends, lines longer than the reader's buffer, a
+// last line without its newline.
+func TestSplitDocumentsLines(t *testing.T) {
+	long := "# " + strings.Repeat("x", 3*4096) + "\n"
+	tests := map[string]struct {
+		data      string
+		wantLines []int
+	}{
+		"one document":                    {"a: 1\nb: 2\n", []int{1}},
+		"no final newline":                {"a: 1\n---\nb: 2", []int{1, 3}},
+		"leading separator":               {"---\na: 1\n", []int{2}},
+		"runs of separators":              {"---\n---\na: 1\n---\n--- # c\n---\nb: 2\n---\n", []int{3, 7}},
+		"CRLF":                            {"a: 1\r\nb: 2\r\n---\r\nc: 3\r\n", []int{1, 4}},
+		"lines longer than the buffer":    {long + "a: 1\n---\n" + long + long + "b: 2\n---\nc: 3\n", []int{1, 4, 8}},
+		"blank and comment-only document": {"# c\n\n---\na: 1\n", []int{1, 4}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			docs, err := splitDocuments([]byte(tc.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, d := range docs {
+				got = append(got, d.line)
+			}
+			if !slices.Equal(got, tc.wantLines) {
+				t.Errorf("documents start on lines %v, want %v", got, tc.wantLines)
+			}
+		})
+	}
+}
+
+// TestParseFileBadSeparator: a separator line with more than a comment
+// after "---" is an error on its line, as kubectl's reader makes it, not
+// a separator whose rest is dropped.
+func TestParseFileBadSeparator(t *testing.T) {
+	const pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: i\n"
+	_, err := parseFile("/m/pod.yaml", []byte(pod+"--- {kind: Secret}\n"+pod))
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line != 9 || !strings.Contains(err.Error(), "invalid Yaml document separator") {
+		t.Fatalf("parseFile = %v, want a ParseError on line 9 about the separator", err)
 	}
 }
