@@ -46,6 +46,11 @@ type Drivers interface {
 	// OnRegistered subscribes fn to every registration of a driver,
 	// re-registrations (a new connection) included. fn must not block.
 	OnRegistered(fn func(driver string))
+	// OnReconnected subscribes fn to every recovery of a registered
+	// driver's lost connection, once the driver answers again: a driver
+	// that restarted without registering again (its registrar kept
+	// running). fn must not block.
+	OnReconnected(fn func(driver string))
 }
 
 // Policies gives drivers' CSIDriver policies (volume.PolicyFromCSIDriver
@@ -304,6 +309,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.desire.Subscribe(dsw.Handler{PodVolume: m.interruptUnwanted})
 	cfg.Policies.OnChange(m.rec.PolicyChanged)
 	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
+	// A driver back after a restart gets its failed steps retried now.
+	cfg.Drivers.OnReconnected(m.rec.DriverRegistered)
 	return m, nil
 }
 

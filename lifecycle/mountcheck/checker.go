@@ -111,8 +111,10 @@ type Config struct {
 // connected", and the kubelet never republishes). The kubelet has no such
 // step.
 //
-// A check of a driver runs when the driver registers (a restarted plugin
-// re-registers) and, for the configured drivers, periodically. It probes
+// A check of a driver runs when the driver registers, when its lost
+// connection comes back (a driver container restarted next to a registrar
+// that kept running registers no more) and, for the configured drivers,
+// periodically. It probes
 // the staging path of every Staged volume of the driver and the target of
 // every Published use: a path whose stat fails with a broken-mount error
 // (ENOTCONN, EIO, ESTALE, ...) or that is missing is broken; a path that
@@ -200,7 +202,8 @@ func New(cfg Config) (*Checker, error) {
 }
 
 // DriverRegistered checks the mounts of a driver that registered or
-// re-registered. It does not block.
+// re-registered, or whose lost connection came back (a driver restarted
+// without registering again). It does not block.
 func (c *Checker) DriverRegistered(driver string) {
 	c.queue.Forget(driver)
 	c.queue.Add(driver)
