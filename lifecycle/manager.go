@@ -265,6 +265,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Observer:    met,
 		Ownership:   ownership,
 		Gate:        m.owner,
+		Wanted:      wantedIn{m.desire},
 		// The reconciler exists by the time a publish reports progress.
 		OnProgress: func(key volume.PodKey) {
 			m.rec.StepProgressed(key)
@@ -428,6 +429,17 @@ func (o readyObservers) ObservePodReady(pod volume.PodInfo, firstSeen, ready tim
 // publishedIn tells the populator which pod volumes the actual state has
 // (published, or uncertain).
 type publishedIn struct{ world *asw.World }
+
+// wantedIn is the desired state as operations ask it, under a step's lock,
+// whether a stage or publish is still wanted.
+type wantedIn struct{ desire *dsw.Store }
+
+func (w wantedIn) VolumeWanted(name volume.Name) bool { return w.desire.IsVolumeWanted(name) }
+
+func (w wantedIn) UseWanted(key volume.PodKey) bool {
+	_, ok := w.desire.PodVolume(key)
+	return ok
+}
 
 func (p publishedIn) Published(key volume.PodKey) bool {
 	_, ok := p.world.Pod(key)
