@@ -292,7 +292,14 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 		if reason := c.probe(ctx, v.StagingPath, false); reason != "" {
 			logger.Info("Staging path is broken; staging the volume again", "stagingTargetPath", v.StagingPath, "reason", reason)
 			c.broken.WithLabelValues(v.Driver, "staging").Inc()
-			if err := c.cfg.Operations.Stage(ctx, v.Name, src, c.stageFSGroup(v.Name)); err != nil {
+			err := c.cfg.Operations.Stage(ctx, v.Name, src, c.stageFSGroup(v.Name))
+			if errors.Is(err, volume.ErrNotWanted) {
+				// Forgotten while the stage waited for the volume's lock
+				// (behind the reconciler's unstage): nothing to repair.
+				logger.V(2).Info("Volume no longer wanted; not staged again")
+				return nil
+			}
+			if err != nil {
 				return fmt.Errorf("staging %s again at %s: %w", v.Name, v.StagingPath, err)
 			}
 			c.recovered.WithLabelValues(v.Driver, "staging").Inc()
@@ -456,11 +463,35 @@ func (c *Checker) staged(name volume.Name) {
 	}
 }
 
-// forget drops what is known of a use that was torn down.
-func (c *Checker) forget(key volume.PodKey) {
+// forget drops what is known of a use that was torn down, and of its
+// target.
+func (c *Checker) forget(key volume.PodKey, target string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.repairing, key)
+	if target != "" {
+		delete(c.mounted, target)
+	}
+}
+
+// forgetPath drops the baseline of a path that was torn down (a staging
+// path after its unstage): a node that runs many short pods would
+// otherwise keep one entry per path it ever saw.
+func (c *Checker) forgetPath(path string) {
+	if path == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.mounted, path)
+}
+
+// mapSizes counts the entries of the checker's maps; for tests that check
+// that they do not grow with the pods and volumes seen.
+func (c *Checker) mapSizes() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return map[string]int{"mounted": len(c.mounted), "repairing": len(c.repairing), "probing": len(c.probing)}
 }
 
 func displayName(src volume.Source, pv volume.PodVolume) string {
