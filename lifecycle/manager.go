@@ -308,6 +308,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.desire.Subscribe(m.rec.DesiredStateHandler())
 	m.desire.Subscribe(dsw.Handler{PodVolume: m.interruptUnwanted})
+	if tokens, ok := in.tokens.(*cachedTokens); ok {
+		tokens.forgetLeavingPods(m.desire)
+	}
 	cfg.Policies.OnChange(m.rec.PolicyChanged)
 	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
 	// A driver back after a restart gets its failed steps retried now.
