@@ -280,3 +280,11 @@ func name(u dsw.Use) string {
 	}
 	return u.Volume.SpecName
 }
+
+// mapSizes counts the entries of the republisher's map and queue; for tests
+// that check that they do not grow with the pods seen.
+func (r *Republisher) mapSizes() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return map[string]int{"last": len(r.last), "queue": r.queue.Len()}
+}
