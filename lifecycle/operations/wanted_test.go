@@ -8,6 +8,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/csi-volmgr/csi-volmgr/csiclient/csiclienttest"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -55,6 +56,23 @@ func waitForWaiter(t *testing.T, h *harness, name volume.Name, what string) {
 	}
 }
 
+// stepBehindTeardown runs teardown, held inside the driver at method, and
+// step while teardown holds the volume's lock; it releases teardown once
+// step waits for the lock and returns step's error.
+func stepBehindTeardown(t *testing.T, h *harness, d *csiclienttest.Driver, name volume.Name, method string, teardown, step func() error) error {
+	t.Helper()
+	g := block(d, method)
+	tornDown := goErr(teardown)
+	g.await(t, "the reconciler's teardown")
+	stepped := goErr(step)
+	waitForWaiter(t, h, name, "the step decided before the teardown")
+	close(g.release)
+	if err := <-tornDown; err != nil {
+		t.Fatalf("teardown: %v", err)
+	}
+	return <-stepped
+}
+
 // TestStageDecidedBeforeATeardownIsNotRun is issue 23's stale snapshot of
 // the mount check: the check saw the volume staged and wanted and decided
 // to stage it again; meanwhile the pod was deleted and the reconciler's
@@ -74,16 +92,10 @@ func TestStageDecidedBeforeATeardownIsNotRun(t *testing.T) {
 	}
 
 	wanted.drop(key)
-	unstageGate := block(d, csi.Node_NodeUnstageVolume_FullMethodName)
-	unstage := goErr(func() error { return h.ops.Unstage(ctx, name) })
-	unstageGate.await(t, "the reconciler's unstage")
-	restage := goErr(func() error { return h.ops.Stage(ctx, name, src, nil) })
-	waitForWaiter(t, h, name, "the mount check's stage")
-	close(unstageGate.release)
-	if err := <-unstage; err != nil {
-		t.Fatalf("Unstage: %v", err)
-	}
-	if err := <-restage; !errors.Is(err, volume.ErrNotWanted) {
+	err := stepBehindTeardown(t, h, d, name, csi.Node_NodeUnstageVolume_FullMethodName,
+		func() error { return h.ops.Unstage(ctx, name) },
+		func() error { return h.ops.Stage(ctx, name, src, nil) })
+	if !errors.Is(err, volume.ErrNotWanted) {
 		t.Errorf("Stage after the volume was forgotten = %v, want an error wrapping volume.ErrNotWanted", err)
 	}
 	if n := d.CallCount(csi.Node_NodeStageVolume_FullMethodName); n != 1 {
@@ -116,16 +128,10 @@ func TestPublishDecidedBeforeAPodLeftIsNotRun(t *testing.T) {
 	}
 
 	wanted.drop(key)
-	unpublishGate := block(d, csi.Node_NodeUnpublishVolume_FullMethodName)
-	unpublish := goErr(func() error { return h.ops.Unpublish(ctx, key) })
-	unpublishGate.await(t, "the reconciler's unpublish")
-	republish := goErr(func() error { return h.ops.Publish(ctx, key, src, pv) })
-	waitForWaiter(t, h, name, "the republish")
-	close(unpublishGate.release)
-	if err := <-unpublish; err != nil {
-		t.Fatalf("Unpublish: %v", err)
-	}
-	if err := <-republish; !errors.Is(err, volume.ErrNotWanted) {
+	err := stepBehindTeardown(t, h, d, name, csi.Node_NodeUnpublishVolume_FullMethodName,
+		func() error { return h.ops.Unpublish(ctx, key) },
+		func() error { return h.ops.Publish(ctx, key, src, pv) })
+	if !errors.Is(err, volume.ErrNotWanted) {
 		t.Errorf("Publish after the pod left = %v, want an error wrapping volume.ErrNotWanted", err)
 	}
 	if n := d.CallCount(csi.Node_NodePublishVolume_FullMethodName); n != 1 {
