@@ -324,7 +324,15 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 		c.repairing[p.Key] = reason
 		c.mu.Unlock()
 		err := fmt.Errorf("%w: %s is %s", ErrMountBroken, p.TargetPath, reason)
-		if markErr := c.cfg.Operations.MarkMountUncertain(ctx, p.Key, volume.StepPublish, err); markErr != nil {
+		markErr := c.cfg.Operations.MarkMountUncertain(ctx, p.Key, volume.StepPublish, err)
+		if _, known := c.cfg.State.Pod(p.Key); markErr != nil || !known {
+			// Not marked, or torn down while the mark waited for the
+			// use's lock: no publish will end this repair.
+			c.mu.Lock()
+			delete(c.repairing, p.Key)
+			c.mu.Unlock()
+		}
+		if markErr != nil {
 			return markErr
 		}
 		c.cfg.Requeue(p.Key)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -67,16 +68,43 @@ func (s worldSteps) Unstage(_ context.Context, name volume.Name) error {
 	return nil
 }
 
+// racingMounts is the mount table while the reconciler tears pods down:
+// probing a path in teardown runs the teardown first, so that the check
+// finds a target broken whose use is gone by the time it acts on it.
+type racingMounts struct {
+	*fakeMounts
+	mu       sync.Mutex
+	teardown map[string]func()
+}
+
+func (r *racingMounts) IsMountPoint(p string) (bool, error) {
+	r.mu.Lock()
+	fn := r.teardown[p]
+	delete(r.teardown, p)
+	r.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return r.fakeMounts.IsMountPoint(p)
+}
+
+func (r *racingMounts) onProbe(p string, fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.teardown[p] = fn
+}
+
 // TestMapsDoNotGrowWithPods is issue 23's unbounded growth: 2,000 pods
 // each stage, publish and tear down a volume of their own through the
-// observed steps, with a check of the driver's mounts now and then; at the
-// end every map of the checker is back to its size at the start.
+// observed steps, with a check of the driver's mounts now and then, some
+// of them probing a target whose pod is torn down meanwhile; at the end
+// every map of the checker is back to its size at the start.
 func TestMapsDoNotGrowWithPods(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const driver = "d.example.com"
 	world := asw.New(asw.Options{})
 	desired := dsw.New()
-	mounts := &fakeMounts{mounted: map[string]bool{}}
+	mounts := &racingMounts{fakeMounts: &fakeMounts{mounted: map[string]bool{}}, teardown: map[string]func(){}}
 	c, err := New(Config{State: world, Desired: desired, Operations: &fakeOps{}, Mounts: mounts,
 		Requeue: func(volume.PodKey) {}})
 	if err != nil {
@@ -104,14 +132,28 @@ func TestMapsDoNotGrowWithPods(t *testing.T) {
 		}
 		p, _ := world.Pod(key)
 		mounts.set(p.TargetPath, true)
+		tornDown := false
+		if i%200 == 0 {
+			// The pod is deleted while the check probes its target.
+			mounts.onProbe(p.TargetPath, func() {
+				tornDown = true
+				desired.DeletePod(uid)
+				mounts.set(p.TargetPath, false)
+				if err := steps.Unpublish(ctx, key); err != nil {
+					t.Error(err)
+				}
+			})
+		}
 		if i%100 == 0 {
 			if err := c.check(ctx, driver); err != nil {
 				t.Fatal(err)
 			}
 		}
 		desired.DeletePod(uid)
-		if err := steps.Unpublish(ctx, key); err != nil {
-			t.Fatal(err)
+		if !tornDown {
+			if err := steps.Unpublish(ctx, key); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := steps.Unstage(ctx, name); err != nil {
 			t.Fatal(err)
