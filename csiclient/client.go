@@ -38,6 +38,12 @@ type Config struct {
 	// Metrics records csi_operations_seconds for every call; nil records
 	// nothing. One Metrics is meant to be shared by all Clients.
 	Metrics *Metrics
+	// OnReconnect, when set, is called each time the connection is Ready
+	// again after it was lost: the driver went away (a crash, a restart)
+	// and answers at its socket again, whether or not anything called it
+	// meanwhile. It runs on the Client's watcher goroutine and must not
+	// block.
+	OnReconnect func(*Client)
 }
 
 // Client is one persistent gRPC connection to a CSI driver's unix socket,
@@ -52,15 +58,19 @@ type Config struct {
 // else in this package logs a CSI message. Every call is bounded by
 // Config.Timeout unless the caller's context ends earlier.
 //
-// When the connection breaks the Client reconnects by itself: the next call
-// redials, and while the driver stays unreachable calls fail with
+// When the connection breaks the Client reconnects by itself, without
+// waiting for a call: a connection that went idle is asked to connect
+// again, and while the driver stays unreachable calls fail with
 // Unavailable (uncertain) and redials are retried with backoff capped at one
-// second. A Client is safe for concurrent use.
+// second. A restarted driver is thus noticed as soon as it listens again
+// (Config.OnReconnect). A Client is safe for concurrent use.
 type Client struct {
 	driver   string
 	endpoint string
 	timeout  time.Duration
 	logger   klog.Logger
+	// onReconnect is Config.OnReconnect.
+	onReconnect func(*Client)
 
 	conn *grpc.ClientConn
 	// calls wraps conn with the per-call timeout; every generated client
@@ -112,11 +122,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 	logger := klog.FromContext(ctx).WithValues("driver", cfg.DriverName)
 	c := &Client{
-		driver:    cfg.DriverName,
-		endpoint:  endpoint,
-		timeout:   timeout,
-		logger:    logger,
-		watchDone: make(chan struct{}),
+		driver:      cfg.DriverName,
+		endpoint:    endpoint,
+		timeout:     timeout,
+		logger:      logger,
+		onReconnect: cfg.OnReconnect,
+		watchDone:   make(chan struct{}),
 	}
 
 	// A nil *Metrics must become a nil interface, not a typed nil.

@@ -85,22 +85,38 @@ func (c *Client) onConnectionLoss(context.Context) bool {
 }
 
 // watchConnection invalidates the cached capabilities as soon as the
-// connection leaves Ready, which gRPC reports before any redial, and logs
-// losses and recoveries. It returns when ctx ends or the connection shuts
-// down.
+// connection leaves Ready, which gRPC reports before any redial, logs
+// losses and recoveries, and keeps the connection up: gRPC leaves a lost
+// connection idle until the next call, so a driver that restarts while
+// nothing calls it would go unnoticed; an idle connection is asked to
+// connect again at once (gRPC's backoff paces the attempts). A recovery
+// is reported to Config.OnReconnect. It returns when ctx ends or the
+// connection shuts down.
 func (c *Client) watchConnection(ctx context.Context) {
 	defer close(c.watchDone)
 	state := c.conn.GetState()
-	for c.conn.WaitForStateChange(ctx, state) {
+	lost := state != connectivity.Ready
+	for {
+		if state == connectivity.Idle {
+			c.conn.Connect()
+		}
+		if !c.conn.WaitForStateChange(ctx, state) {
+			return
+		}
 		next := c.conn.GetState()
 		switch {
 		case next == connectivity.Shutdown:
 			return
-		case state == connectivity.Ready && next != connectivity.Ready:
+		case next != connectivity.Ready && !lost:
+			lost = true
 			c.InvalidateCapabilities()
 			c.logger.Info("Lost connection to CSI driver", "endpoint", c.endpoint, "state", next.String())
-		case state != connectivity.Ready && next == connectivity.Ready:
+		case next == connectivity.Ready && lost:
+			lost = false
 			c.logger.Info("Reconnected to CSI driver", "endpoint", c.endpoint)
+			if c.onReconnect != nil {
+				c.onReconnect(c)
+			}
 		}
 		state = next
 	}

@@ -231,3 +231,34 @@ func TestClose(t *testing.T) {
 		t.Errorf("driver got %d calls after Close, want 0", got)
 	}
 }
+
+// TestReconnectReportedWithoutACall: a driver that goes away and listens
+// again at its socket while nothing calls it is reconnected to by the
+// Client itself, and Config.OnReconnect is told, once per recovery. gRPC
+// alone leaves a lost connection idle until the next call.
+func TestReconnectReportedWithoutACall(t *testing.T) {
+	endpoint := csiclienttest.SocketPath(t)
+	server := csiclienttest.StartServerAt(t, endpoint, csiclienttest.NewDriver(driverName, "node-1").Servers())
+	reconnected := make(chan *csiclient.Client, 4)
+	c := newClient(t, csiclient.Config{DriverName: driverName, Endpoint: endpoint,
+		OnReconnect: func(c *csiclient.Client) { reconnected <- c }})
+
+	for round := range 2 {
+		server.Stop()
+		waitForConnection(t, c, "lost", lost)
+		server = csiclienttest.StartServerAt(t, endpoint, csiclienttest.NewDriver(driverName, "node-1").Servers())
+		select {
+		case got := <-reconnected:
+			if got != c {
+				t.Fatalf("round %d: OnReconnect got another Client", round)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: OnReconnect not called within 30s of the driver listening again", round)
+		}
+	}
+	select {
+	case <-reconnected:
+		t.Error("OnReconnect called more often than the connection came back")
+	case <-time.After(200 * time.Millisecond):
+	}
+}

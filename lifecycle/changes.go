@@ -72,6 +72,9 @@ func (m *Manager) newMountChecker(in inputs, steps reconciler.Operations) (recon
 	}
 	m.checker = checker
 	m.cfg.Drivers.OnRegistered(checker.DriverRegistered)
+	// A driver restarted next to a registrar that kept running registers
+	// no more; its connection coming back is the sign (kubernetes#96361).
+	m.cfg.Drivers.OnReconnected(checker.DriverRegistered)
 	if err := m.newStats(in); err != nil {
 		return nil, err
 	}

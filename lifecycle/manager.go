@@ -46,6 +46,11 @@ type Drivers interface {
 	// OnRegistered subscribes fn to every registration of a driver,
 	// re-registrations (a new connection) included. fn must not block.
 	OnRegistered(fn func(driver string))
+	// OnReconnected subscribes fn to every recovery of a registered
+	// driver's lost connection, once the driver answers again: a driver
+	// that restarted without registering again (its registrar kept
+	// running). fn must not block.
+	OnReconnected(fn func(driver string))
 }
 
 // Policies gives drivers' CSIDriver policies (volume.PolicyFromCSIDriver
@@ -260,6 +265,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Observer:    met,
 		Ownership:   ownership,
 		Gate:        m.owner,
+		Wanted:      wantedIn{m.desire},
 		// The reconciler exists by the time a publish reports progress.
 		OnProgress: func(key volume.PodKey) {
 			m.rec.StepProgressed(key)
@@ -302,8 +308,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.desire.Subscribe(m.rec.DesiredStateHandler())
 	m.desire.Subscribe(dsw.Handler{PodVolume: m.interruptUnwanted})
+	if tokens, ok := in.tokens.(*cachedTokens); ok {
+		tokens.forgetLeavingPods(m.desire)
+	}
 	cfg.Policies.OnChange(m.rec.PolicyChanged)
 	cfg.Drivers.OnRegistered(m.rec.DriverRegistered)
+	// A driver back after a restart gets its failed steps retried now.
+	cfg.Drivers.OnReconnected(m.rec.DriverRegistered)
 	return m, nil
 }
 
@@ -421,6 +432,17 @@ func (o readyObservers) ObservePodReady(pod volume.PodInfo, firstSeen, ready tim
 // publishedIn tells the populator which pod volumes the actual state has
 // (published, or uncertain).
 type publishedIn struct{ world *asw.World }
+
+// wantedIn is the desired state as operations ask it, under a step's lock,
+// whether a stage or publish is still wanted.
+type wantedIn struct{ desire *dsw.Store }
+
+func (w wantedIn) VolumeWanted(name volume.Name) bool { return w.desire.IsVolumeWanted(name) }
+
+func (w wantedIn) UseWanted(key volume.PodKey) bool {
+	_, ok := w.desire.PodVolume(key)
+	return ok
+}
 
 func (p publishedIn) Published(key volume.PodKey) bool {
 	_, ok := p.world.Pod(key)

@@ -9,8 +9,10 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -98,6 +100,37 @@ func (c *cachedTokens) requiresRefresh(t cachedToken, now time.Time) bool {
 		return true
 	}
 	return now.After(exp.Add(-ttl/5 - jitter))
+}
+
+// forgetPod drops the tokens of a pod that left the desired state: it gets
+// no publish any more, and a node that runs many short pods would keep
+// their tokens until they expire. The kubelet's pod deletion does the same
+// (DeleteServiceAccountToken).
+func (c *cachedTokens) forgetPod(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.cache {
+		if k.pod.UID == uid {
+			delete(c.cache, k)
+		}
+	}
+}
+
+// forgetLeavingPods has the tokens of every pod that leaves desire
+// dropped.
+func (c *cachedTokens) forgetLeavingPods(desire *dsw.Store) {
+	desire.Subscribe(dsw.Handler{Pod: func(uid types.UID) {
+		if !desire.HasPod(uid) {
+			c.forgetPod(uid)
+		}
+	}})
+}
+
+// size counts the cached tokens; for tests.
+func (c *cachedTokens) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.cache)
 }
 
 // gcLocked drops expired tokens, so that the tokens of pods that are gone

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -10,9 +11,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -77,5 +80,28 @@ func TestCachedTokensRefreshRules(t *testing.T) {
 	clk.SetTime(clk.Now().Add(20 * time.Second)) // expired
 	if _, err := c.ServiceAccountToken(t.Context(), pod, req); err == nil {
 		t.Error("an expired token was served when the refresh failed")
+	}
+}
+
+// TestCachedTokensOfLeavingPodsDropped is issue 23's unbounded growth for
+// the token cache: 2,000 pods each get a token while in the desired state
+// and leave it; the cache is back to empty, not waiting for the tokens'
+// expiry.
+func TestCachedTokensOfLeavingPodsDropped(t *testing.T) {
+	clk := testclock.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	c := newCachedTokens(&countingTokens{clk: clk}, clk)
+	desire := dsw.New()
+	c.forgetLeavingPods(desire)
+	req := storagev1.TokenRequest{Audience: "vault", ExpirationSeconds: ptr.To[int64](3600)}
+	for i := range 2000 {
+		pod := volume.PodInfo{UID: types.UID(fmt.Sprintf("u%d", i)), Namespace: "ns", Name: fmt.Sprintf("p%d", i), ServiceAccount: "sa"}
+		desire.SetPod(dsw.Pod{Info: pod})
+		if _, err := c.ServiceAccountToken(t.Context(), pod, req); err != nil {
+			t.Fatal(err)
+		}
+		desire.DeletePod(pod.UID)
+	}
+	if n := c.size(); n != 0 {
+		t.Errorf("after 2,000 pods came and went the token cache holds %d tokens, want 0", n)
 	}
 }

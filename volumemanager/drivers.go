@@ -26,6 +26,16 @@ func (d lifecycleDrivers) OnRegistered(fn func(driver string)) {
 	})
 }
 
+// OnReconnected subscribes fn to the recoveries of registered drivers'
+// lost connections.
+func (d lifecycleDrivers) OnReconnected(fn func(driver string)) {
+	d.Subscribe(func(ev registry.Event) {
+		if ev.Type == registry.Reconnected {
+			fn(ev.Driver)
+		}
+	})
+}
+
 // reportRejections has every rejected driver registration recorded as a
 // Warning Event on the Node (lifecycle.Manager.DriverRegistrationFailed).
 func reportRejections(reg *registry.Registry, m *lifecycle.Manager) {

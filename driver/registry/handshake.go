@@ -75,7 +75,7 @@ func (r *Registry) register(ctx context.Context, socket string) error {
 	if err := r.checkReplace(hctx, cand, socket); err != nil {
 		return r.reject(ctx, logger, registrar, socket, cand.Name, err)
 	}
-	d, err := r.connect(hctx, cand, socket)
+	d, err := r.connect(ctx, hctx, cand, socket)
 	if err != nil {
 		return r.reject(ctx, logger, registrar, socket, cand.Name, err)
 	}
@@ -127,13 +127,18 @@ func healthy(ctx context.Context, d *Driver) bool {
 	return err == nil
 }
 
-// connect opens the driver's persistent connection and asks for its node info.
-func (r *Registry) connect(ctx context.Context, cand Candidate, socket string) (*Driver, error) {
+// connect opens the driver's persistent connection and asks for its node
+// info; ctx bounds the handshake, life is the registry's run (a reconnection
+// is confirmed within it).
+func (r *Registry) connect(life, ctx context.Context, cand Candidate, socket string) (*Driver, error) {
 	client, err := csiclient.New(ctx, csiclient.Config{
 		DriverName: cand.Name,
 		Endpoint:   cand.Endpoint,
 		Timeout:    r.cfg.CSITimeout,
 		Metrics:    r.cfg.Metrics,
+		OnReconnect: func(c *csiclient.Client) {
+			go r.reconnected(life, cand.Name, socket, c)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to driver endpoint: %w", err)

@@ -96,6 +96,11 @@ const (
 	Deregistered
 	// Rejected means a registration attempt failed; Err says why.
 	Rejected
+	// Reconnected means a registered driver's connection was lost and is
+	// back, and the driver answers GetPluginInfo with its name again: the
+	// driver restarted without registering again (its registrar kept
+	// running). Observers should re-verify its volumes, as for Registered.
+	Reconnected
 )
 
 func (t EventType) String() string {
@@ -106,6 +111,8 @@ func (t EventType) String() string {
 		return "Deregistered"
 	case Rejected:
 		return "Rejected"
+	case Reconnected:
+		return "Reconnected"
 	}
 	return fmt.Sprintf("EventType(%d)", int(t))
 }

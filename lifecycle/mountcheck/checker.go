@@ -111,8 +111,10 @@ type Config struct {
 // connected", and the kubelet never republishes). The kubelet has no such
 // step.
 //
-// A check of a driver runs when the driver registers (a restarted plugin
-// re-registers) and, for the configured drivers, periodically. It probes
+// A check of a driver runs when the driver registers, when its lost
+// connection comes back (a driver container restarted next to a registrar
+// that kept running registers no more) and, for the configured drivers,
+// periodically. It probes
 // the staging path of every Staged volume of the driver and the target of
 // every Published use: a path whose stat fails with a broken-mount error
 // (ENOTCONN, EIO, ESTALE, ...) or that is missing is broken; a path that
@@ -200,7 +202,8 @@ func New(cfg Config) (*Checker, error) {
 }
 
 // DriverRegistered checks the mounts of a driver that registered or
-// re-registered. It does not block.
+// re-registered, or whose lost connection came back (a driver restarted
+// without registering again). It does not block.
 func (c *Checker) DriverRegistered(driver string) {
 	c.queue.Forget(driver)
 	c.queue.Add(driver)
@@ -289,7 +292,14 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 		if reason := c.probe(ctx, v.StagingPath, false); reason != "" {
 			logger.Info("Staging path is broken; staging the volume again", "stagingTargetPath", v.StagingPath, "reason", reason)
 			c.broken.WithLabelValues(v.Driver, "staging").Inc()
-			if err := c.cfg.Operations.Stage(ctx, v.Name, src, c.stageFSGroup(v.Name)); err != nil {
+			err := c.cfg.Operations.Stage(ctx, v.Name, src, c.stageFSGroup(v.Name))
+			if errors.Is(err, volume.ErrNotWanted) {
+				// Forgotten while the stage waited for the volume's lock
+				// (behind the reconciler's unstage): nothing to repair.
+				logger.V(2).Info("Volume no longer wanted; not staged again")
+				return nil
+			}
+			if err != nil {
 				return fmt.Errorf("staging %s again at %s: %w", v.Name, v.StagingPath, err)
 			}
 			c.recovered.WithLabelValues(v.Driver, "staging").Inc()
@@ -314,7 +324,15 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 		c.repairing[p.Key] = reason
 		c.mu.Unlock()
 		err := fmt.Errorf("%w: %s is %s", ErrMountBroken, p.TargetPath, reason)
-		if markErr := c.cfg.Operations.MarkMountUncertain(ctx, p.Key, volume.StepPublish, err); markErr != nil {
+		markErr := c.cfg.Operations.MarkMountUncertain(ctx, p.Key, volume.StepPublish, err)
+		if _, known := c.cfg.State.Pod(p.Key); markErr != nil || !known {
+			// Not marked, or torn down while the mark waited for the
+			// use's lock: no publish will end this repair.
+			c.mu.Lock()
+			delete(c.repairing, p.Key)
+			c.mu.Unlock()
+		}
+		if markErr != nil {
 			return markErr
 		}
 		c.cfg.Requeue(p.Key)
@@ -453,11 +471,35 @@ func (c *Checker) staged(name volume.Name) {
 	}
 }
 
-// forget drops what is known of a use that was torn down.
-func (c *Checker) forget(key volume.PodKey) {
+// forget drops what is known of a use that was torn down, and of its
+// target.
+func (c *Checker) forget(key volume.PodKey, target string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.repairing, key)
+	if target != "" {
+		delete(c.mounted, target)
+	}
+}
+
+// forgetPath drops the baseline of a path that was torn down (a staging
+// path after its unstage): a node that runs many short pods would
+// otherwise keep one entry per path it ever saw.
+func (c *Checker) forgetPath(path string) {
+	if path == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.mounted, path)
+}
+
+// mapSizes counts the entries of the checker's maps; for tests that check
+// that they do not grow with the pods and volumes seen.
+func (c *Checker) mapSizes() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return map[string]int{"mounted": len(c.mounted), "repairing": len(c.repairing), "probing": len(c.probing)}
 }
 
 func displayName(src volume.Source, pv volume.PodVolume) string {

@@ -9,7 +9,8 @@ import (
 
 // Observe wraps the reconciler's operations so that the checker learns of
 // every successful stage and publish (the baseline of the next check, and
-// the end of a repair) and of every unpublish.
+// the end of a repair) and of every unpublish and unstage (what it knew of
+// the paths is dropped).
 func (c *Checker) Observe(ops reconciler.Operations) reconciler.Operations {
 	return observed{Operations: ops, c: c}
 }
@@ -36,9 +37,19 @@ func (o observed) Publish(ctx context.Context, key volume.PodKey, src volume.Sou
 }
 
 func (o observed) Unpublish(ctx context.Context, key volume.PodKey) error {
+	p, _ := o.c.cfg.State.Pod(key)
 	err := o.Operations.Unpublish(ctx, key)
 	if err == nil {
-		o.c.forget(key)
+		o.c.forget(key, p.TargetPath)
+	}
+	return err
+}
+
+func (o observed) Unstage(ctx context.Context, name volume.Name) error {
+	v, _ := o.c.cfg.State.Volume(name)
+	err := o.Operations.Unstage(ctx, name)
+	if err == nil {
+		o.c.forgetPath(v.StagingPath)
 	}
 	return err
 }

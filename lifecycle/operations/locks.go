@@ -206,3 +206,19 @@ func (l *locks) waiters(name volume.Name) int {
 	}
 	return 0
 }
+
+// mapSizes counts the entries of the Operations' maps (locks, the front
+// endpoint's request digests, ownership changes in flight); for tests that
+// check that they do not grow with the pods and volumes seen.
+func (o *Operations) mapSizes() map[string]int {
+	o.locks.mu.Lock()
+	lockedVolumes := len(o.locks.volumes)
+	o.locks.mu.Unlock()
+	o.digests.mu.Lock()
+	stages, publishes := len(o.digests.stages), len(o.digests.publishes)
+	o.digests.mu.Unlock()
+	o.owners.mu.Lock()
+	runs := len(o.owners.runs)
+	o.owners.mu.Unlock()
+	return map[string]int{"locks": lockedVolumes, "stageDigests": stages, "publishDigests": publishes, "ownershipRuns": runs}
+}

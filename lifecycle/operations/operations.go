@@ -62,6 +62,19 @@ type Config struct {
 	Gate interface {
 		Err() error
 	}
+	// Wanted, when set, is the desired state, asked under the step's lock
+	// whether a Stage or Publish is still wanted: a step decided from an
+	// older view (the mount check's or the republisher's snapshot, taken
+	// before a teardown that held the lock) is refused with an error
+	// wrapping volume.ErrNotWanted before anything is recorded or called.
+	Wanted Wanted
+}
+
+// Wanted says whether the desired state still wants a volume staged and a
+// pod's use of it published.
+type Wanted interface {
+	VolumeWanted(name volume.Name) bool
+	UseWanted(key volume.PodKey) bool
 }
 
 // Operations performs the CSI steps of the lifecycle, one step per call:
@@ -87,6 +100,7 @@ type Operations struct {
 	mounts      Mounts
 	observer    Observer
 	gate        interface{ Err() error }
+	wanted      Wanted
 	owners      *owners
 
 	locks   *locks
@@ -133,6 +147,7 @@ func New(cfg Config) (*Operations, error) {
 		mounts:      mounts,
 		observer:    cfg.Observer,
 		gate:        cfg.Gate,
+		wanted:      cfg.Wanted,
 		owners:      newOwners(cfg),
 		locks:       newLocks(),
 		tree:        &tree{mounts: mounts},
@@ -147,6 +162,26 @@ func (o *Operations) notOwned() error {
 		return nil
 	}
 	return o.gate.Err()
+}
+
+// volumeNotWanted returns an error wrapping volume.ErrNotWanted when the
+// desired state no longer wants name staged; the volume's lock must be
+// held.
+func (o *Operations) volumeNotWanted(name volume.Name) error {
+	if o.wanted == nil || o.wanted.VolumeWanted(name) {
+		return nil
+	}
+	return fmt.Errorf("stage of %s: %w", name, volume.ErrNotWanted)
+}
+
+// useNotWanted returns an error wrapping volume.ErrNotWanted when the
+// desired state no longer wants the pod's use published; the pod's lock
+// must be held.
+func (o *Operations) useNotWanted(key volume.PodKey) error {
+	if o.wanted == nil || o.wanted.UseWanted(key) {
+		return nil
+	}
+	return fmt.Errorf("publish of %s: %w", key, volume.ErrNotWanted)
 }
 
 // Layout returns the path layout the operations use.

@@ -48,7 +48,9 @@ import (
 // filesystem volume's files are given to the pod's fsGroup when the driver
 // cannot do it (fsgroup.go; Interrupt stops that for a pod that went). The
 // actual state records how the volume is presented to the pod (device
-// path, SELinux context).
+// path, SELinux context). A use the desired state (Config.Wanted) no longer
+// wants once the lock is held is not published: volume.ErrNotWanted,
+// nothing recorded.
 func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.Source, pv volume.PodVolume) (err error) {
 	if err := o.notOwned(); err != nil {
 		return err
@@ -59,6 +61,11 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		return err
 	}
 	defer unlock()
+	if err := o.useNotWanted(key); err != nil {
+		// Decided before the pod left (a republish due at its deletion):
+		// no NodePublishVolume for a pod that is gone.
+		return err
+	}
 	start := time.Now()
 	defer func() { o.observe(src.Driver, volume.StepPublish, src.AccessType, start, err) }()
 	s := o.beginPublish(ctx, key, src.ID, false)

@@ -34,7 +34,9 @@ import (
 // directory and the record are removed again. Inline volumes are never
 // staged: Stage does nothing for them. A volume a container orchestrator
 // staged through the front endpoint (StageRequest) is that caller's: Stage
-// fails with an error wrapping volume.ErrInUse until it is unstaged.
+// fails with an error wrapping volume.ErrInUse until it is unstaged. A
+// volume the desired state (Config.Wanted) no longer wants once the lock is
+// held is not staged: volume.ErrNotWanted, nothing recorded.
 func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Source, fsGroup *int64) (err error) {
 	if src.Inline {
 		return nil
@@ -47,6 +49,11 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 		return err
 	}
 	defer unlock()
+	if err := o.volumeNotWanted(name); err != nil {
+		// Decided before a teardown that held the lock: staging now would
+		// bring back a volume just forgotten.
+		return err
+	}
 	start := time.Now()
 	defer func() { o.observe(src.Driver, volume.StepStage, src.AccessType, start, err) }()
 	s := o.beginStage(ctx, name, src.ID, false)

@@ -176,3 +176,15 @@ func (r *Reconciler) attachRequired(driver string) bool {
 }
 
 var _ ActualState = &asw.World{}
+
+// mapSizes counts the entries of the reconciler's maps and queues; for
+// tests that check that they do not grow with the pods seen.
+func (r *Reconciler) mapSizes() map[string]int {
+	r.mu.Lock()
+	ready := len(r.ready)
+	r.mu.Unlock()
+	r.steps.mu.Lock()
+	active := len(r.steps.active)
+	r.steps.mu.Unlock()
+	return map[string]int{"ready": ready, "steps": active, "volumeQueue": r.volumes.Len(), "podQueue": r.pods.Len()}
+}

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -55,7 +56,14 @@ func (r *Reconciler) syncVolume(ctx context.Context, name volume.Name) error {
 		}
 	}
 	if v.Stage != volume.Staged {
-		if err := r.cfg.Operations.Stage(ctx, name, src, r.stageFSGroup(name)); err != nil {
+		err := r.cfg.Operations.Stage(ctx, name, src, r.stageFSGroup(name))
+		if errors.Is(err, volume.ErrNotWanted) {
+			// Its pods left since this sync read the desired state: the
+			// next sync tears it down.
+			r.volumes.Add(name)
+			return nil
+		}
+		if err != nil {
 			r.recordFailure(name, volume.StepStage, err)
 			return fmt.Errorf("stage: %w", err)
 		}
@@ -153,7 +161,13 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 		r.volumes.Add(key.Volume)
 		return nil
 	}
-	if err := r.cfg.Operations.Publish(ctx, key, use.Source, use.Volume); err != nil {
+	err := r.cfg.Operations.Publish(ctx, key, use.Source, use.Volume)
+	if errors.Is(err, volume.ErrNotWanted) {
+		// The pod left since this sync read the desired state.
+		r.pods.Add(key)
+		return nil
+	}
+	if err != nil {
 		r.recordFailure(key.Volume, volume.StepPublish, err, key.Pod)
 		return fmt.Errorf("publish %s: %w", key, err)
 	}

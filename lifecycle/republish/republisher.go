@@ -246,10 +246,19 @@ func (r *Republisher) republish(ctx context.Context, key volume.PodKey) error {
 		return nil
 	}
 	err := r.cfg.Operations.Publish(ctx, key, use.Source, use.Volume)
+	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "podUID", key.Pod)
+	if errors.Is(err, volume.ErrNotWanted) {
+		// The pod left while the republish waited for its lock (behind
+		// the reconciler's unpublish): nothing was called.
+		r.mu.Lock()
+		delete(r.last, key)
+		r.mu.Unlock()
+		logger.V(2).Info("Pod no longer wants the volume; not republished")
+		return nil
+	}
 	r.mu.Lock()
 	r.last[key] = time.Now()
 	r.mu.Unlock()
-	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "podUID", key.Pod)
 	if err != nil {
 		logger.Info("Republishing the volume failed; the mount is kept, will retry with backoff", "err", err)
 		if r.cfg.Events != nil {
@@ -270,4 +279,12 @@ func name(u dsw.Use) string {
 		return u.Source.PVName
 	}
 	return u.Volume.SpecName
+}
+
+// mapSizes counts the entries of the republisher's map and queue; for tests
+// that check that they do not grow with the pods seen.
+func (r *Republisher) mapSizes() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return map[string]int{"last": len(r.last), "queue": r.queue.Len()}
 }

@@ -35,4 +35,10 @@ var (
 	// VolumeAttachLimitExceededError. Final for the pod until a volume is
 	// detached or the limit grows.
 	ErrAttachLimitExceeded = errors.New("the node's volume attach limit is exceeded")
+	// ErrNotWanted means a stage or publish was refused because the desired
+	// state no longer wants the volume or the pod's use of it when the step
+	// got its lock: it was decided from an older view (a side loop's
+	// snapshot, a teardown that ran meanwhile). Nothing was done or
+	// recorded; the step is dropped.
+	ErrNotWanted = errors.New("no longer wanted by the desired state")
 )

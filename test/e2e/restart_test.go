@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -183,4 +185,75 @@ func waitPodEvent(t *testing.T, f *k8stest.Fixture, pod *corev1.Pod, eventType, 
 		}
 		return false, fmt.Errorf("events: %q", seen)
 	})
+}
+
+// TestDriverRestartWithoutRegistrationRepairsMount is kubernetes#96361 as it
+// happens in a real node plugin pod: the driver container restarts while
+// its registrar keeps running, so no new registration arrives. The plugin
+// is SIGKILLed, the pod's target is unmounted behind the agent's back and
+// the plugin starts again on the same socket, with the registrar (served
+// here by the test) untouched. The agent notices the restart from its
+// connection to the driver, checks the driver's mounts, takes the pod's
+// VolumesReady away while the target is broken, and publishes it again.
+func TestDriverRestartWithoutRegistrationRepairsMount(t *testing.T) {
+	t.Parallel()
+	f := k8stest.New(t)
+	f.CreateNode(t)
+	a := startAgent(t, f, agentOptions{})
+	driver := uniqueDriverName()
+	createCSIDriver(t, f, driver, false)
+	caps := nodeCaps()
+	p := plugintest.Start(t, plugintest.Options{Name: driver, NodeID: "node-" + a.f.NodeName, Capabilities: &caps})
+	reg := plugintest.StartRegistrar(t, a.RegDir, p)
+
+	vol := createVolume(t, p, "data", csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	pvName := "pv-data-" + f.Namespace
+	createBoundClaim(t, f, claim{PVName: pvName, PVCName: "data", Driver: driver, Handle: vol.ID})
+	pod := createPod(t, f, "app", podVolume{Name: "data", ClaimName: "data"})
+	waitReady(t, f, pod)
+	target := publishPaths(a, pod, pvName).Target
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("kept"), 0o644); err != nil {
+		t.Fatalf("writing through %s: %v", target, err)
+	}
+	registrations := reg.GetInfoCalls()
+
+	oldPID := p.PID()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+		t.Fatalf("lazily unmounting %s: %v", target, err)
+	}
+	// The publish after the restart fails until the condition was seen
+	// False: the pod must not stay ready over the broken target.
+	if err := p.SetFaults(plugin.FaultRule{Method: nodePublish, VolumeID: vol.ID, Code: codes.Internal, Message: "held by the test"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, f, pod, "VolumesReady not True over the broken target", func(c *corev1.PodCondition) bool {
+		return c.Status != corev1.ConditionTrue
+	})
+	if err := p.ClearFaults(); err != nil {
+		t.Fatal(err)
+	}
+
+	mounter := mount.New("")
+	eventually(t, "the volume's data through its target again", func() (bool, error) {
+		got, err := os.ReadFile(filepath.Join(target, "data"))
+		if err != nil || string(got) != "kept" {
+			return false, fmt.Errorf("read %q: %w", got, err)
+		}
+		return mounter.IsMountPoint(target)
+	})
+	waitReady(t, f, pod)
+	waitPodEvent(t, f, pod, corev1.EventTypeNormal, status.EventVolumeRecovered, "set up again")
+
+	if got := reg.GetInfoCalls(); got != registrations {
+		t.Errorf("the registrar was asked GetInfo %d times after the restart, want none: the test must not register the driver again", got-registrations)
+	}
+	if got := methods(callsAfter(t, p, vol.ID, oldPID)); len(got) == 0 || got[len(got)-1] != nodePublish+"=OK" || slices.ContainsFunc(got, func(m string) bool { return !strings.HasPrefix(m, nodePublish+"=") }) {
+		t.Errorf("calls for the volume after the restart = %q, want NodePublishVolume only, the last one OK", got)
+	}
 }

@@ -42,3 +42,10 @@ func (s *registrationServer) NotifyRegistrationStatus(ctx context.Context, st *r
 	}
 	return &registerapi.RegistrationStatusResponse{}, nil
 }
+
+// NewRegistrationServer returns the plugin-registration API of a node plugin named name whose CSI
+// endpoint is endpoint: a registrar apart from the plugin process, as node-driver-registrar is in
+// a real node plugin pod, which keeps serving while the driver restarts.
+func NewRegistrationServer(name, endpoint string) registerapi.RegistrationServer {
+	return &registrationServer{name: name, endpoint: endpoint}
+}
