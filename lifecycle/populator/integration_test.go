@@ -322,3 +322,45 @@ func TestNotSettledUntilThePodCacheCaughtUpAfterAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationInTreeInlineVolumes: a pod with a volume of each of the
+// seven in-tree plugins in spec.volumes, as the real API server accepts
+// it, wants each as the CSI volume it translates to: none is ignored (the
+// pod would be VolumesReady with nothing mounted).
+func TestIntegrationInTreeInlineVolumes(t *testing.T) {
+	fx := k8stest.New(t)
+	ctx := testContext(t)
+	s := startStack(ctx, t, fx.Client, stackOptions{node: fx.NodeName})
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fx.Namespace, Name: "in-tree"},
+		Spec: corev1.PodSpec{
+			NodeName:   fx.NodeName,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+		},
+	}
+	for _, tc := range inTreeInlineVolumes {
+		p.Spec.Volumes = append(p.Spec.Volumes, tc.volume)
+		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts,
+			corev1.VolumeMount{Name: tc.volume.Name, MountPath: "/" + tc.volume.Name})
+	}
+	pod, err := fx.Client.CoreV1().Pods(fx.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "every in-tree volume desired", func() bool {
+		got, ok := s.store.Pod(pod.UID)
+		return ok && len(got.Uses) == len(inTreeInlineVolumes)
+	})
+	got, _ := s.store.Pod(pod.UID)
+	if len(got.Errors) != 0 {
+		t.Errorf("errors %v, want none", errorsOf(got))
+	}
+	for _, tc := range inTreeInlineVolumes {
+		// The azureFile secret is in the pod's namespace.
+		handle := strings.ReplaceAll(tc.want.Handle, "#"+ns, "#"+fx.Namespace)
+		key := volume.PodKey{Volume: volume.PersistentName(tc.want.Driver, handle), Pod: pod.UID}
+		if u, ok := s.store.PodVolume(key); !ok || u.Volume.SpecName != tc.volume.Name {
+			t.Errorf("volume %q: not desired as %s (%+v)", tc.volume.Name, key.Volume, u)
+		}
+	}
+}

@@ -144,6 +144,8 @@ func (r *resolver) resolve() (resolution, error) {
 			claims = append(claims, &claimVolume{spec: v.Name, claim: r.pod.Name + "-" + v.Name, ephemeral: true})
 		case v.CSI != nil:
 			r.inline(v.Name, v.CSI)
+		case translator.IsInlineMigratable(v):
+			r.inTreeInline(v)
 		}
 		// Other volume types are not CSI volumes: not ours.
 	}
@@ -234,6 +236,22 @@ func (r *resolver) persistent(c *claimVolume) error {
 		r.fail(c.spec, err)
 		return nil
 	}
+	switch {
+	case pv.Spec.ClaimRef == nil:
+		r.fail(c.spec, invalid("PV %q is not bound to PVC %q (no claimRef)", pvName, claimKey))
+	case pv.Spec.ClaimRef.UID != c.pvc.UID:
+		r.fail(c.spec, invalid("PV %q is bound to another claim (claimRef UID %q, PVC %q has UID %q)",
+			pvName, pv.Spec.ClaimRef.UID, claimKey, c.pvc.UID))
+	default:
+		r.csiPV(c.spec, pv, c.readOnly, fmt.Sprintf("PV %q", pvName))
+	}
+	return nil
+}
+
+// csiPV resolves the CSI source of a PersistentVolume: a claim's PV, or
+// the PV an in-tree inline volume translates to. what names it in
+// messages.
+func (r *resolver) csiPV(spec string, pv *corev1.PersistentVolume, readOnly bool, what string) {
 	csi := pv.Spec.CSI
 	affinityErr := r.nodeAffinity(pv)
 	accessType := volume.Filesystem
@@ -241,33 +259,28 @@ func (r *resolver) persistent(c *claimVolume) error {
 		accessType = volume.Block
 	}
 	switch {
-	case pv.Spec.ClaimRef == nil:
-		r.fail(c.spec, invalid("PV %q is not bound to PVC %q (no claimRef)", pvName, claimKey))
-	case pv.Spec.ClaimRef.UID != c.pvc.UID:
-		r.fail(c.spec, invalid("PV %q is bound to another claim (claimRef UID %q, PVC %q has UID %q)",
-			pvName, pv.Spec.ClaimRef.UID, claimKey, c.pvc.UID))
 	case csi == nil:
-		r.fail(c.spec, invalid("PV %q is not a CSI volume", pvName))
+		r.fail(spec, invalid("%s is not a CSI volume", what))
 	case csi.Driver == "" || csi.VolumeHandle == "":
-		r.fail(c.spec, invalid("PV %q has no CSI driver or volumeHandle", pvName))
-	case r.mounts.Has(c.spec) && accessType != volume.Filesystem:
-		r.fail(c.spec, invalid("PV %q has volumeMode Block, but is used in volumeMounts", pvName))
-	case r.devices.Has(c.spec) && accessType != volume.Block:
-		r.fail(c.spec, invalid("PV %q has volumeMode Filesystem, but is used in volumeDevices", pvName))
+		r.fail(spec, invalid("%s has no CSI driver or volumeHandle", what))
+	case r.mounts.Has(spec) && accessType != volume.Filesystem:
+		r.fail(spec, invalid("%s has volumeMode Block, but is used in volumeMounts", what))
+	case r.devices.Has(spec) && accessType != volume.Block:
+		r.fail(spec, invalid("%s has volumeMode Filesystem, but is used in volumeDevices", what))
 	case !r.p.cfg.Policies.Get(csi.Driver).SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent):
-		r.fail(c.spec, invalid("CSI driver %q does not support Persistent volumes (PV %q)", csi.Driver, pvName))
+		r.fail(spec, invalid("CSI driver %q does not support Persistent volumes (%s)", csi.Driver, what))
 	case affinityErr != nil:
-		r.fail(c.spec, affinityErr)
+		r.fail(spec, affinityErr)
 	default:
 		pol := r.p.cfg.Policies.Get(csi.Driver)
 		name := volume.PersistentName(csi.Driver, csi.VolumeHandle)
-		context, err := r.seLinuxContext(c.spec, pol)
+		context, err := r.seLinuxContext(spec, pol)
 		if err == nil {
-			err = r.seLinuxConflict(name, pvName, context, pol)
+			err = r.seLinuxConflict(name, pv.Name, context, pol)
 		}
 		if err != nil {
-			r.fail(c.spec, err)
-			return nil
+			r.fail(spec, err)
+			return
 		}
 		src := volume.Source{
 			ID:             volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
@@ -290,9 +303,8 @@ func (r *resolver) persistent(c *claimVolume) error {
 				Volume: name,
 			})
 		}
-		r.use(name, src, c.spec, c.readOnly)
+		r.use(name, src, spec, readOnly)
 	}
-	return nil
 }
 
 // inline resolves a CSI inline (ephemeral) volume.
