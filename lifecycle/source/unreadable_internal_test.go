@@ -27,7 +27,7 @@ func TestReadFailuresBecomeUnreadable(t *testing.T) {
 	if _, synced, err := s.state(time.Now()); synced || err != nil || notified != 0 {
 		t.Fatalf("after a failure that may pass: synced %v, err %v, notified %d; want not synced, no error yet, no notice", synced, err, notified)
 	}
-	if _, _, err := s.state(time.Now().Add(unreadableAfter)); err != unavailable {
+	if _, _, err := s.state(time.Now().Add(unreadableAfter)); !errors.Is(err, unavailable) {
 		t.Errorf("after failing for %v: err %v, want %v", unreadableAfter, err, unavailable)
 	}
 	s.mu.Lock()
