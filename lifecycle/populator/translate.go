@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	csitranslation "k8s.io/csi-translation-lib"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 )
 
 // translator translates in-tree PersistentVolumes to CSI: the kubelet's
@@ -51,6 +53,14 @@ func (r *resolver) inTreeInline(v *corev1.Volume) {
 	pv, err := translator.TranslateInTreeInlineVolumeToCSI(r.logger, v, r.pod.Namespace)
 	if err != nil {
 		r.fail(v.Name, invalid("translating the in-tree %s volume to CSI: %v", plugin, err))
+		return
+	}
+	if err := paths.CheckPublishName(pv.Name); err != nil {
+		// The kubelet escapes such a name (an azureDisk's diskURI, which
+		// is absolute) into its directory name; the agent's layout does
+		// not take absolute names. Refused before anything is staged.
+		r.fail(v.Name, invalid("in-tree %s volume %q: the name of its CSI volume cannot name the pod's volume directory: %v",
+			plugin, v.Name, err))
 		return
 	}
 	readOnly := false

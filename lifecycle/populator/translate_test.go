@@ -81,6 +81,10 @@ var inTreeInlineVolumes = []struct {
 	want   volume.Source
 	// readOnly is the pod's use of it.
 	readOnly bool
+	// refused, when set, is how the reason starts that the pod's volume is
+	// refused with instead: the translated volume's name cannot name its
+	// directory.
+	refused string
 }{{
 	volume: corev1.Volume{Name: "ebs", VolumeSource: corev1.VolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{
 		VolumeID: "aws://us-east-1a/vol-0123456789abcdef0", FSType: "xfs"}}},
@@ -100,6 +104,11 @@ var inTreeInlineVolumes = []struct {
 	want: volume.Source{ID: volume.ID{Driver: "disk.csi.azure.com", Handle: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1",
 		PVName: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1"}, Attributes: map[string]string{"kind": "Managed"},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}},
+	// The translation names the volume after its diskURI, which is
+	// absolute: the kubelet escapes it into its directory name, the
+	// agent's layout takes no absolute names.
+	refused: `in-tree kubernetes.io/azure-disk volume "azuredisk": the name of its CSI volume cannot name the pod's volume directory: ` +
+		`invalid name: volume name "/subscriptions/`,
 }, {
 	volume: corev1.Volume{Name: "azurefile", VolumeSource: corev1.VolumeSource{AzureFile: &corev1.AzureFileVolumeSource{
 		SecretName: "azure-secret", ShareName: "share-1"}}},
@@ -133,7 +142,8 @@ var inTreeInlineVolumes = []struct {
 // stands for and wanted as that driver's volume, under the translated PV's
 // name, and waits for its VolumeAttachment when the driver needs one.
 // Used as a device, it is refused with the reason (inline volumes are
-// filesystems).
+// filesystems), and so is one whose translated name cannot name a
+// directory (azureDisk).
 func TestInTreeInlineVolumesAreTranslated(t *testing.T) {
 	for _, tc := range inTreeInlineVolumes {
 		t.Run(tc.volume.Name, func(t *testing.T) {
@@ -141,6 +151,14 @@ func TestInTreeInlineVolumesAreTranslated(t *testing.T) {
 			pod := newPod("p", withVolume(tc.volume), mount(tc.volume.Name))
 			blockPod := newPod("b", withVolume(tc.volume), device(tc.volume.Name))
 			s := startStack(ctx, t, fakeClient(pod, blockPod), stackOptions{})
+			if tc.refused != "" {
+				p, _ := s.store.Pod("uid-p")
+				if errs := errorsOf(p); len(errs) != 1 || !strings.HasPrefix(errs[0], tc.volume.Name+": "+tc.refused) ||
+					!strings.HasSuffix(errs[0], " is absolute") || len(p.Uses) != 0 {
+					t.Errorf("uses %v, errors %q; want only %q… is absolute", summarize(p.Uses), errs, tc.refused)
+				}
+				return
+			}
 
 			name := volume.PersistentName(tc.want.Driver, tc.want.Handle)
 			u, ok := s.store.PodVolume(volume.PodKey{Volume: name, Pod: "uid-p"})
