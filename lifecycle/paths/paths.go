@@ -248,6 +248,14 @@ func checkComponent(kind, s string) error {
 	return fmt.Errorf("%w: %s %s %s", volume.ErrInvalidName, kind, quote(s), reason)
 }
 
+// CheckPublishName tells whether publishName (volume.PodVolume.PublishName)
+// can name a pod's volume directory: nil if Publishing accepts it, else
+// an error wrapping volume.ErrInvalidName that says why.
+func CheckPublishName(publishName string) error {
+	_, err := escapeName("volume name", publishName)
+	return err
+}
+
 // escapeName validates a PV or pod volume name and returns its on-disk
 // form, EscapeQualifiedName(name). Absolute names, names with NUL and names
 // with "~" (which would be read back as "/") are rejected before escaping;

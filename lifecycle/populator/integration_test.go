@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -319,6 +320,53 @@ func TestNotSettledUntilThePodCacheCaughtUpAfterAnOutage(t *testing.T) {
 		}
 		if attempt == 3 {
 			t.Fatal("the pod cache never lagged behind after an outage: the window under test did not occur")
+		}
+	}
+}
+
+// TestIntegrationInTreeInlineVolumes: a pod with a volume of each of the
+// seven in-tree plugins in spec.volumes, as the real API server accepts
+// it, wants each as the CSI volume it translates to, or has the reason it
+// cannot: none is ignored (the pod would be VolumesReady with nothing
+// mounted).
+func TestIntegrationInTreeInlineVolumes(t *testing.T) {
+	fx := k8stest.New(t)
+	ctx := testContext(t)
+	s := startStack(ctx, t, fx.Client, stackOptions{node: fx.NodeName})
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fx.Namespace, Name: "in-tree"},
+		Spec: corev1.PodSpec{
+			NodeName:   fx.NodeName,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+		},
+	}
+	for _, tc := range inTreeInlineVolumes {
+		p.Spec.Volumes = append(p.Spec.Volumes, tc.volume)
+		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts,
+			corev1.VolumeMount{Name: tc.volume.Name, MountPath: "/" + tc.volume.Name})
+	}
+	pod, err := fx.Client.CoreV1().Pods(fx.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "every in-tree volume desired or refused", func() bool {
+		got, ok := s.store.Pod(pod.UID)
+		return ok && len(got.Uses)+len(got.Errors) == len(inTreeInlineVolumes)
+	})
+	got, _ := s.store.Pod(pod.UID)
+	errs := errorsOf(got)
+	for _, tc := range inTreeInlineVolumes {
+		if tc.refused != "" {
+			if !slices.ContainsFunc(errs, func(e string) bool { return strings.HasPrefix(e, tc.volume.Name+": "+tc.refused) }) {
+				t.Errorf("volume %q: errors %q, want it refused with %q…", tc.volume.Name, errs, tc.refused)
+			}
+			continue
+		}
+		// The azureFile secret is in the pod's namespace.
+		handle := strings.ReplaceAll(tc.want.Handle, "#"+ns, "#"+fx.Namespace)
+		key := volume.PodKey{Volume: volume.PersistentName(tc.want.Driver, handle), Pod: pod.UID}
+		if u, ok := s.store.PodVolume(key); !ok || u.Volume.SpecName != tc.volume.Name {
+			t.Errorf("volume %q: not desired as %s (%+v)", tc.volume.Name, key.Volume, u)
 		}
 	}
 }

@@ -29,7 +29,9 @@ type Pods interface {
 type Objects interface {
 	// PVC returns a claim the pod referenced first (AddReferences). Errors:
 	// source.ErrNotSynced while its cache has not listed it yet (the pod
-	// is notified when it has), the API's NotFound when it does not exist.
+	// is notified when it has), the API's NotFound when it does not exist,
+	// any other error when it cannot be read (the pod is notified when it
+	// can).
 	PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	// PV returns a PersistentVolume the pod referenced first; errors as PVC.
 	PV(name string) (*corev1.PersistentVolume, error)

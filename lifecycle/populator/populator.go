@@ -325,7 +325,8 @@ func (p *Populator) processNext(ctx context.Context) bool {
 
 // syncPod brings one pod's desired state up to date. A nil error with
 // nothing written means the pod waits for a cache to sync; the Source
-// enqueues it again then.
+// enqueues it again then. An error after the pod was resolved means an
+// object it references cannot be read: it is resolved again with backoff.
 func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	logger := klog.FromContext(ctx)
 	event := p.latestEvent(uid)
@@ -367,10 +368,7 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 		previous = cur.Uses
 	}
 	r := p.newResolver(logger, pod, previous)
-	res, err := r.resolve()
-	if err != nil {
-		return err
-	}
+	res := r.resolve()
 	if res.pending {
 		logger.V(4).Info("Waiting for referenced objects to be cached")
 		return nil
@@ -387,6 +385,12 @@ func (p *Populator) syncPod(ctx context.Context, uid types.UID) error {
 	logger.V(4).Info("Resolved pod volumes", "volumes", len(res.uses), "errors", len(res.errs))
 	p.resolved(logger, uid)
 	p.settle(uid, event)
+	if res.unreadable != nil {
+		// Resolved, so that nothing else waits for the pod: the desired
+		// state counts as populated and settled, as the kubelet's after
+		// one pass whatever single pods do. Read again with backoff.
+		return res.unreadable
+	}
 	return nil
 }
 

@@ -54,6 +54,9 @@ type resolution struct {
 	// pending: some referenced object is not cached yet; nothing is to be
 	// written until the Source reports it.
 	pending bool
+	// unreadable is why some referenced object cannot be read: the pod is
+	// resolved without it, and resolved again with backoff.
+	unreadable error
 }
 
 // claimVolume is a pod volume backed by a claim.
@@ -123,9 +126,9 @@ func visitContainers(pod *corev1.Pod, fn func(*corev1.Container)) {
 	}
 }
 
-// resolve resolves every used volume. It returns an error only for
-// unexpected cache errors; invalid specs become VolumeErrors.
-func (r *resolver) resolve() (resolution, error) {
+// resolve resolves every used volume. Invalid specs and objects that
+// cannot be read become VolumeErrors.
+func (r *resolver) resolve() resolution {
 	var claims []*claimVolume
 	seen := sets.New[string]()
 	for i := range r.pod.Spec.Volumes {
@@ -144,12 +147,14 @@ func (r *resolver) resolve() (resolution, error) {
 			claims = append(claims, &claimVolume{spec: v.Name, claim: r.pod.Name + "-" + v.Name, ephemeral: true})
 		case v.CSI != nil:
 			r.inline(v.Name, v.CSI)
+		case translator.IsInlineMigratable(v):
+			r.inTreeInline(v)
 		}
 		// Other volume types are not CSI volumes: not ours.
 	}
 	if len(claims) == 0 {
 		r.res.refs = r.refs
-		return r.res, nil
+		return r.res
 	}
 
 	for _, c := range claims {
@@ -160,11 +165,7 @@ func (r *resolver) resolve() (resolution, error) {
 	r.p.cfg.Source.AddReferences(r.pod.UID, r.refs)
 	var bound []*claimVolume
 	for _, c := range claims {
-		ok, err := r.claim(c)
-		if err != nil {
-			return resolution{}, err
-		}
-		if ok {
+		if r.claim(c) {
 			bound = append(bound, c)
 			r.refs.PVs = append(r.refs.PVs, c.pvc.Spec.VolumeName)
 		}
@@ -173,32 +174,31 @@ func (r *resolver) resolve() (resolution, error) {
 		r.p.cfg.Source.AddReferences(r.pod.UID, r.refs)
 	}
 	for _, c := range bound {
-		if err := r.persistent(c); err != nil {
-			return resolution{}, err
-		}
+		r.persistent(c)
 	}
 	r.res.refs = r.refs
 	r.dedupe()
-	return r.res, nil
+	return r.res
 }
 
 // claim checks a volume's claim; ok means it is bound and its PV is next.
-func (r *resolver) claim(c *claimVolume) (bool, error) {
+func (r *resolver) claim(c *claimVolume) bool {
 	key := r.pod.Namespace + "/" + c.claim
 	if c.claim == "" {
 		r.fail(c.spec, invalid("the volume names no PVC"))
-		return false, nil
+		return false
 	}
 	pvc, err := r.p.cfg.Source.PVC(r.pod.Namespace, c.claim)
 	switch {
 	case errors.Is(err, source.ErrNotSynced):
 		r.res.pending = true
-		return false, nil
+		return false
 	case apierrors.IsNotFound(err):
 		r.fail(c.spec, invalid("PVC %q not found", key))
-		return false, nil
+		return false
 	case err != nil:
-		return false, fmt.Errorf("reading PVC %s: %w", key, err)
+		r.unreadable(c.spec, fmt.Sprintf("PVC %q", key), err)
+		return false
 	}
 	switch {
 	case c.ephemeral && (pvc.Namespace != r.pod.Namespace || !metav1.IsControlledBy(pvc, r.pod)):
@@ -211,34 +211,29 @@ func (r *resolver) claim(c *claimVolume) (bool, error) {
 		r.fail(c.spec, invalid("PVC %q is bound but names no PV (empty spec.volumeName)", key))
 	default:
 		c.pvc = pvc
-		return true, nil
+		return true
 	}
-	return false, nil
+	return false
 }
 
 // persistent resolves the PV of a bound claim.
-func (r *resolver) persistent(c *claimVolume) error {
+func (r *resolver) persistent(c *claimVolume) {
 	pvName, claimKey := c.pvc.Spec.VolumeName, c.pvc.Namespace+"/"+c.pvc.Name
 	pv, err := r.p.cfg.Source.PV(pvName)
 	switch {
 	case errors.Is(err, source.ErrNotSynced):
 		r.res.pending = true
-		return nil
+		return
 	case apierrors.IsNotFound(err):
 		r.fail(c.spec, invalid("PV %q of PVC %q not found", pvName, claimKey))
-		return nil
+		return
 	case err != nil:
-		return fmt.Errorf("reading PV %s: %w", pvName, err)
+		r.unreadable(c.spec, fmt.Sprintf("PV %q of PVC %q", pvName, claimKey), err)
+		return
 	}
 	if pv, err = r.translateInTree(pv); err != nil {
 		r.fail(c.spec, err)
-		return nil
-	}
-	csi := pv.Spec.CSI
-	affinityErr := r.nodeAffinity(pv)
-	accessType := volume.Filesystem
-	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-		accessType = volume.Block
+		return
 	}
 	switch {
 	case pv.Spec.ClaimRef == nil:
@@ -246,28 +241,44 @@ func (r *resolver) persistent(c *claimVolume) error {
 	case pv.Spec.ClaimRef.UID != c.pvc.UID:
 		r.fail(c.spec, invalid("PV %q is bound to another claim (claimRef UID %q, PVC %q has UID %q)",
 			pvName, pv.Spec.ClaimRef.UID, claimKey, c.pvc.UID))
+	default:
+		r.csiPV(c.spec, pv, c.readOnly, fmt.Sprintf("PV %q", pvName))
+	}
+}
+
+// csiPV resolves the CSI source of a PersistentVolume: a claim's PV, or
+// the PV an in-tree inline volume translates to. what names it in
+// messages.
+func (r *resolver) csiPV(spec string, pv *corev1.PersistentVolume, readOnly bool, what string) {
+	csi := pv.Spec.CSI
+	affinityErr := r.nodeAffinity(pv)
+	accessType := volume.Filesystem
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		accessType = volume.Block
+	}
+	switch {
 	case csi == nil:
-		r.fail(c.spec, invalid("PV %q is not a CSI volume", pvName))
+		r.fail(spec, invalid("%s is not a CSI volume", what))
 	case csi.Driver == "" || csi.VolumeHandle == "":
-		r.fail(c.spec, invalid("PV %q has no CSI driver or volumeHandle", pvName))
-	case r.mounts.Has(c.spec) && accessType != volume.Filesystem:
-		r.fail(c.spec, invalid("PV %q has volumeMode Block, but is used in volumeMounts", pvName))
-	case r.devices.Has(c.spec) && accessType != volume.Block:
-		r.fail(c.spec, invalid("PV %q has volumeMode Filesystem, but is used in volumeDevices", pvName))
+		r.fail(spec, invalid("%s has no CSI driver or volumeHandle", what))
+	case r.mounts.Has(spec) && accessType != volume.Filesystem:
+		r.fail(spec, invalid("%s has volumeMode Block, but is used in volumeMounts", what))
+	case r.devices.Has(spec) && accessType != volume.Block:
+		r.fail(spec, invalid("%s has volumeMode Filesystem, but is used in volumeDevices", what))
 	case !r.p.cfg.Policies.Get(csi.Driver).SupportsLifecycleMode(storagev1.VolumeLifecyclePersistent):
-		r.fail(c.spec, invalid("CSI driver %q does not support Persistent volumes (PV %q)", csi.Driver, pvName))
+		r.fail(spec, invalid("CSI driver %q does not support Persistent volumes (%s)", csi.Driver, what))
 	case affinityErr != nil:
-		r.fail(c.spec, affinityErr)
+		r.fail(spec, affinityErr)
 	default:
 		pol := r.p.cfg.Policies.Get(csi.Driver)
 		name := volume.PersistentName(csi.Driver, csi.VolumeHandle)
-		context, err := r.seLinuxContext(c.spec, pol)
+		context, err := r.seLinuxContext(spec, pol)
 		if err == nil {
-			err = r.seLinuxConflict(name, pvName, context, pol)
+			err = r.seLinuxConflict(name, pv.Name, context, pol)
 		}
 		if err != nil {
-			r.fail(c.spec, err)
-			return nil
+			r.fail(spec, err)
+			return
 		}
 		src := volume.Source{
 			ID:             volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
@@ -290,9 +301,8 @@ func (r *resolver) persistent(c *claimVolume) error {
 				Volume: name,
 			})
 		}
-		r.use(name, src, c.spec, c.readOnly)
+		r.use(name, src, spec, readOnly)
 	}
-	return nil
 }
 
 // inline resolves a CSI inline (ephemeral) volume.
@@ -363,6 +373,32 @@ func (r *resolver) fail(spec string, err error) {
 	}
 	r.res.errs = append(r.res.errs, dsw.VolumeError{SpecName: spec, Err: err})
 }
+
+// unreadable records that an object the volume needs (what) cannot be read
+// (issue 23, 1: a pod waiting for it for ever kept the whole node from
+// settling). The volume is resolved as failed with the reason, or keeps
+// the resolution it has (fail); the pod is resolved again with backoff,
+// and when the Source reports the object.
+func (r *resolver) unreadable(spec, what string, err error) {
+	e := &unreadableError{msg: fmt.Sprintf("cannot read %s: %v", what, err), err: err}
+	if r.res.unreadable == nil {
+		r.res.unreadable = e
+	}
+	r.fail(spec, e)
+}
+
+// unreadableError is a read of an object that failed: it wraps
+// volume.ErrUnreadable and the read's error.
+type unreadableError struct {
+	msg string
+	err error
+}
+
+func (e *unreadableError) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, volume.ErrUnreadable) hold, and the API's
+// error reachable.
+func (e *unreadableError) Unwrap() []error { return []error{volume.ErrUnreadable, e.err} }
 
 // keepAttachment keeps watching the VolumeAttachment of a kept volume.
 func (r *resolver) keepAttachment(u dsw.Use) {

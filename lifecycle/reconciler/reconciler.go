@@ -120,8 +120,13 @@ type Reconciler struct {
 	// inUseDirty wakes the goroutine that recomputes volumesInUse.
 	inUseDirty chan struct{}
 
-	// statusMu serializes the computation and hand-over of pod statuses.
+	// statusMu serializes the computation and hand-over of pod statuses,
+	// and protects unreadable.
 	statusMu sync.Mutex
+	// unreadable holds, per pod, the message of the last Event recorded
+	// for a volume whose objects cannot be read (volume.ErrUnreadable),
+	// so that the retries of its resolution record one Event per reason.
+	unreadable map[types.UID]string
 	// mu protects ready.
 	mu sync.Mutex
 	// ready holds the pods whose volumes were all published when last
@@ -142,6 +147,7 @@ func New(cfg Config) (*Reconciler, error) {
 		cfg:        cfg,
 		inUseDirty: make(chan struct{}, 1),
 		ready:      map[types.UID]bool{},
+		unreadable: map[types.UID]string{},
 	}
 	r.volumes = workqueue.NewTypedRateLimitingQueueWithConfig(newLimiter[volume.Name](cfg),
 		workqueue.TypedRateLimitingQueueConfig[volume.Name]{Name: VolumeQueueName, MetricsProvider: cfg.MetricsProvider})

@@ -2,10 +2,12 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -21,6 +23,7 @@ func (r *Reconciler) podChanged(uid types.UID) {
 	defer r.statusMu.Unlock()
 	p, known := r.cfg.Desired.Pod(uid)
 	if !known {
+		delete(r.unreadable, uid)
 		r.mu.Lock()
 		delete(r.ready, uid)
 		r.mu.Unlock()
@@ -33,6 +36,7 @@ func (r *Reconciler) podChanged(uid types.UID) {
 	if r.cfg.Status != nil {
 		r.cfg.Status.Set(st)
 	}
+	r.recordUnreadable(p)
 	r.mu.Lock()
 	first := st.Ready && !r.ready[uid]
 	r.ready[uid] = st.Ready
@@ -62,6 +66,31 @@ func (r *Reconciler) podStatus(uid types.UID) status.PodVolumesStatus {
 		}
 	}
 	return r.readyStatus(p)
+}
+
+// recordUnreadable records a Warning Event on a pod that has a volume whose
+// PVC or PV cannot be read, once per reason: the pod is not ready, and
+// its condition says why too. Called under statusMu.
+func (r *Reconciler) recordUnreadable(p dsw.Pod) {
+	uid := p.UID()
+	var e *dsw.VolumeError
+	for i := range p.Errors {
+		if errors.Is(p.Errors[i].Err, volume.ErrUnreadable) {
+			e = &p.Errors[i]
+			break
+		}
+	}
+	if e == nil {
+		delete(r.unreadable, uid)
+		return
+	}
+	if r.unreadable[uid] == e.Error() {
+		return
+	}
+	r.unreadable[uid] = e.Error()
+	if r.cfg.Events != nil {
+		r.cfg.Events.VolumeFailed(p.Info, status.Blocker{SpecName: e.SpecName, Err: e.Err})
+	}
 }
 
 // blocker says what holds one use back, if anything.

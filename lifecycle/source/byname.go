@@ -130,7 +130,7 @@ func (c *byNameCache) startLocked(ctx context.Context, key cache.ObjectName, ite
 	// affected by the level.
 	logger := klog.FromContext(ctx).V(2)
 	reflector := cache.NewReflectorWithOptions(
-		&byNameListWatch{key: key, funcs: c.lw, seed: seed, listed: seed == nil && missing},
+		&byNameListWatch{key: key, funcs: c.lw, seed: seed, listed: seed == nil && missing, failed: item.store.failed},
 		c.expected,
 		storeGeneration{s: item.store, gen: item.store.newGeneration()},
 		cache.ReflectorOptions{
@@ -194,8 +194,11 @@ func (c *byNameCache) get(key cache.ObjectName) (runtime.Object, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s %s: %w", c.kind, key, ErrNotReferenced)
 	}
-	obj, synced := item.store.get()
-	if !synced {
+	obj, synced, readErr := item.store.state(time.Now())
+	switch {
+	case !synced && readErr != nil:
+		return nil, fmt.Errorf("reading %s %s failed: %w", c.kind, key, readErr)
+	case !synced:
 		return nil, fmt.Errorf("%s %s: %w", c.kind, key, ErrNotSynced)
 	}
 	if obj == nil {
@@ -233,10 +236,19 @@ type objectStore struct {
 	// onObject, when set, is told every object stored (the settle rule).
 	onObject func(runtime.Object)
 
-	// mu protects obj, synced and gen.
+	// mu protects obj, synced, the read failure and gen.
 	mu     sync.Mutex
 	obj    runtime.Object
 	synced bool
+	// readErr is why the last read (the first GET, or a list of the
+	// reflector) failed while the store is not synced: an error other
+	// than NotFound. failingSince is when the reads began to fail. A
+	// list clears both.
+	readErr      error
+	failingSince time.Time
+	// toldUnreadable is set once the readers were told the object is
+	// unreadable.
+	toldUnreadable bool
 	// gen counts the reflectors started on the store; only the newest
 	// may write (storeGeneration).
 	gen uint64
@@ -309,6 +321,65 @@ func (s *objectStore) get() (runtime.Object, bool) {
 	return s.obj, s.synced
 }
 
+// state returns the object, whether the store is synced and, while it is
+// not, why the object cannot be read: the last read's error once it is
+// reportable at now (unreadable), nil while the object may still be on
+// its way.
+func (s *objectStore) state(now time.Time) (runtime.Object, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readErr != nil && unreadable(s.readErr, now.Sub(s.failingSince)) {
+		return s.obj, s.synced, s.readErr
+	}
+	return s.obj, s.synced, nil
+}
+
+// failed records that reading the object failed with err (not NotFound).
+// A synced store keeps the object it has; one not synced yet reports err
+// once it is reportable (unreadable), and its readers hear of that then,
+// and of the list that ends the failures.
+func (s *objectStore) failed(err error) {
+	now := time.Now()
+	s.mu.Lock()
+	if s.synced {
+		s.mu.Unlock()
+		return
+	}
+	if s.readErr == nil {
+		s.failingSince = now
+	}
+	s.readErr = err
+	tell := !s.toldUnreadable && unreadable(err, now.Sub(s.failingSince))
+	if tell {
+		s.toldUnreadable = true
+	}
+	s.mu.Unlock()
+	if tell {
+		s.onChange()
+	}
+}
+
+// unreadableAfter is how long reads of an object may fail with an error
+// that may pass (the API server unreachable, overloaded, timing out)
+// before the object counts as unreadable. Meanwhile a pod that references
+// it waits, and keeps the node from settling: after an API server outage
+// its claim may want a volume that looks unwanted.
+const unreadableAfter = 30 * time.Second
+
+// unreadable tells whether reads that have failed for failingFor, the
+// last with err, make the object unreadable: at once for the API
+// server's final answers (Forbidden and the like: the request, not the
+// server, is at fault), after unreadableAfter for any other error.
+func unreadable(err error, failingFor time.Duration) bool {
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsBadRequest(err),
+		apierrors.IsInvalid(err), apierrors.IsMethodNotSupported(err), apierrors.IsNotAcceptable(err),
+		apierrors.IsUnsupportedMediaType(err):
+		return true
+	}
+	return failingFor >= unreadableAfter
+}
+
 // Add stores obj (reflector watch event Added).
 func (s *objectStore) Add(obj any) error { s.put(obj, false); return nil }
 
@@ -374,6 +445,7 @@ func (s *objectStore) put(obj any, list bool) {
 	s.obj = ro
 	if list {
 		s.synced = true
+		s.readErr, s.failingSince, s.toldUnreadable = nil, time.Time{}, false
 	}
 	notify := s.synced && (changed || !wasSynced)
 	s.mu.Unlock()

@@ -40,6 +40,8 @@ type byNameListWatch struct {
 	// when a GET just found no object (every list is then a LIST); only
 	// the reflector's goroutine uses it.
 	listed bool
+	// failed, when set, is told why a list failed (objectStore.failed).
+	failed func(error)
 }
 
 var (
@@ -55,8 +57,17 @@ func (lw *byNameListWatch) selector() string {
 }
 
 // ListWithContext answers the reflector's list: a GET the first time, when
-// the object exists, else a LIST by name.
+// the object exists, else a LIST by name. A failure is reported to failed
+// (the reflector retries it with backoff).
 func (lw *byNameListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	list, err := lw.list(ctx, opts)
+	if err != nil && lw.failed != nil && ctx.Err() == nil {
+		lw.failed(err)
+	}
+	return list, err
+}
+
+func (lw *byNameListWatch) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	if seed := lw.seed; seed != nil && !lw.listed {
 		lw.seed = nil
 		list, err := singleItemList(lw.funcs.newList(), seed)

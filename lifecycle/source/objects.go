@@ -13,8 +13,12 @@ import (
 )
 
 // PVC returns a referenced PersistentVolumeClaim from the cache. Errors:
-// ErrNotReferenced, ErrNotSynced (wait for OnPodChange), or the API's
-// NotFound when the claim does not exist. Never modify the result.
+// ErrNotReferenced, ErrNotSynced (wait for OnPodChange), the API's
+// NotFound when the claim does not exist, or, while it has never been
+// read, the error its reads fail with once it counts as unreadable:
+// Forbidden and the like at once, errors that may pass after
+// unreadableAfter (OnPodChange tells then, and when a read succeeds).
+// Never modify the result.
 func (s *Source) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
 	return get[*corev1.PersistentVolumeClaim](s.caches[KindPersistentVolumeClaim],
 		cache.ObjectName{Namespace: namespace, Name: name})

@@ -108,6 +108,10 @@ func (c *byNameCache) firstRead(ctx context.Context, key cache.ObjectName, obj r
 		}
 		c.startLocked(ctx, key, item, seed, apierrors.IsNotFound(err))
 		c.mu.Unlock()
+		if err != nil && !apierrors.IsNotFound(err) {
+			// Outside c.mu, as put below.
+			item.store.failed(err)
+		}
 		return
 	}
 	item.settled = true

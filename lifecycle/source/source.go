@@ -215,6 +215,7 @@ func (s *Source) Run(ctx context.Context) {
 		s.clusterF.Start(ctx.Done())
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { s.runFreshness(ctx) })
 	for _, c := range s.byNameCaches() {
 		wg.Go(func() { c.run(ctx) })
 	}

@@ -23,6 +23,9 @@ const (
 	// ReasonInvalidVolumeSpec: the pod, PVC or PV does not describe a usable
 	// CSI volume (volume.ErrInvalidSpec, volume.ErrInvalidName).
 	ReasonInvalidVolumeSpec = "InvalidVolumeSpec"
+	// ReasonObjectUnreadable: the volume's PVC or PV cannot be read from
+	// the API server (volume.ErrUnreadable), e.g. Forbidden.
+	ReasonObjectUnreadable = "ObjectUnreadable"
 	// ReasonDriverNotRegistered: the volume's CSI driver has not registered
 	// on this node (volume.ErrDriverNotRegistered).
 	ReasonDriverNotRegistered = "DriverNotRegistered"
@@ -148,6 +151,8 @@ func (b Blocker) Reason() string {
 		return ReasonVolumesPending
 	case errors.Is(b.Err, volume.ErrInvalidSpec), errors.Is(b.Err, volume.ErrInvalidName):
 		return ReasonInvalidVolumeSpec
+	case errors.Is(b.Err, volume.ErrUnreadable):
+		return ReasonObjectUnreadable
 	case errors.Is(b.Err, volume.ErrDriverNotRegistered):
 		return ReasonDriverNotRegistered
 	case errors.Is(b.Err, volume.ErrAttachLimitExceeded):
@@ -225,7 +230,7 @@ func (b Blocker) detail() string {
 // isSentinel says whether err wraps one of the volume sentinel errors, whose
 // text (written by the caller) already says what is wrong.
 func isSentinel(err error) bool {
-	for _, s := range []error{volume.ErrInvalidSpec, volume.ErrInvalidName, volume.ErrDriverNotRegistered,
+	for _, s := range []error{volume.ErrInvalidSpec, volume.ErrInvalidName, volume.ErrUnreadable, volume.ErrDriverNotRegistered,
 		volume.ErrNotAttached, volume.ErrInUse} {
 		if errors.Is(err, s) {
 			return true

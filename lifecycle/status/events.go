@@ -160,7 +160,8 @@ func failureEvent(b Blocker) (reason, message string, ok bool) {
 	if b.Err == nil {
 		return "", "", false
 	}
-	if errors.Is(b.Err, volume.ErrInvalidSpec) || errors.Is(b.Err, volume.ErrInvalidName) {
+	if errors.Is(b.Err, volume.ErrInvalidSpec) || errors.Is(b.Err, volume.ErrInvalidName) ||
+		errors.Is(b.Err, volume.ErrUnreadable) {
 		// The kubelet reports these in its "Unable to attach or mount
 		// volumes: ... failed to process volumes=[...]" FailedMount.
 		return EventFailedMount, fmt.Sprintf("Unable to attach or mount volumes: failed to process volume %q: %v",

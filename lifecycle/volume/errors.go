@@ -18,6 +18,11 @@ var (
 	// volume (missing PV, wrong mode, not bound, ...). Final until the
 	// objects change.
 	ErrInvalidSpec = errors.New("invalid volume specification")
+	// ErrUnreadable means an object the volume needs (its PVC or PV) cannot
+	// be read: the API server answers with an error other than NotFound
+	// (Forbidden, say). The pod is resolved without the volume, and read
+	// again with backoff; a volume it has is kept.
+	ErrUnreadable = errors.New("an object the volume needs cannot be read")
 	// ErrNotStaged means a publish needs the volume staged first (the driver
 	// has STAGE_UNSTAGE_VOLUME and the stage is not done, or uncertain).
 	// Transient: retried once the volume is staged.
