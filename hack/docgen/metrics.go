@@ -35,6 +35,7 @@ type metricInfo struct {
 // metric the reference cannot type fails the generator, and so does an
 // entry here that no collector describes.
 var idleTypes = map[string]dto.MetricType{
+	"storage_operation_duration_seconds":          dto.MetricType_HISTOGRAM,
 	"volume_manager_total_volumes":                dto.MetricType_GAUGE,
 	"kubelet_volume_stats_capacity_bytes":         dto.MetricType_GAUGE,
 	"kubelet_volume_stats_available_bytes":        dto.MetricType_GAUGE,
