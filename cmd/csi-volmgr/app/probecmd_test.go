@@ -2,36 +2,20 @@ package app
 
 import (
 	"bytes"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
-
-	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // TestProbeAsksTheSocket: `csi-volmgr probe` succeeds on a 200 of the check
 // over the API socket and fails, with the agent's reason, otherwise.
 func TestProbeAsksTheSocket(t *testing.T) {
-	rootDir, err := os.MkdirTemp("", "pr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(rootDir) })
-	l, err := net.Listen("unix", volumemanager.SocketPath(rootDir))
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "not ready: node n1 does not carry the label", http.StatusServiceUnavailable)
 	})
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: mux}}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	rootDir := serveOnSocket(t, mux)
 	probe := func(args ...string) error {
 		root := NewRootCommand(&bytes.Buffer{})
 		root.SetArgs(append([]string{"probe", "--root-dir", rootDir}, args...))

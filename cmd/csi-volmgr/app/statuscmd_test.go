@@ -39,6 +39,26 @@ func (f *fakeAgent) authorizations() []string {
 	return append([]string(nil), f.auths...)
 }
 
+// serveOnSocket serves h on the API socket of a new root directory, which
+// it returns; both go when t ends.
+func serveOnSocket(t *testing.T, h http.Handler) (rootDir string) {
+	t.Helper()
+	// Not t.TempDir(): its path can exceed the unix socket path limit.
+	rootDir, err := os.MkdirTemp("", "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(rootDir) })
+	l, err := net.Listen("unix", volumemanager.SocketPath(rootDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return rootDir
+}
+
 func runStatus(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
@@ -52,19 +72,8 @@ func runStatus(t *testing.T, args ...string) (string, error) {
 // TestStatusUsesTheSocketOfRootDir: without --server the client talks to
 // <root-dir>/csi-volmgr.sock, with no credentials.
 func TestStatusUsesTheSocketOfRootDir(t *testing.T) {
-	rootDir, err := os.MkdirTemp("", "st")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(rootDir) })
-	l, err := net.Listen("unix", volumemanager.SocketPath(rootDir))
-	if err != nil {
-		t.Fatal(err)
-	}
 	agent := &fakeAgent{}
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: agent}}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	rootDir := serveOnSocket(t, agent)
 
 	out, err := runStatus(t, "--root-dir", rootDir)
 	if err != nil {
