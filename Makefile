@@ -63,7 +63,7 @@ $(GOLANGCI_LINT):
 ##@ Verify and test
 
 .PHONY: test
-test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code.
+test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup test-helm ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code, the Helm chart.
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-clean.
@@ -99,6 +99,12 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 .PHONY: test-kubelet-fsgroup
 test-kubelet-fsgroup: ## The fsGroup ownership change against the kubelet's own code, file by file (module test/kubelet).
 	cd test/kubelet && $(GO) vet ./fsgroup/ && $(GO) test $(TESTFLAGS) ./fsgroup/
+
+# deploy/helm is the separate module that tests the Helm chart through Helm's
+# Go SDK; the root module never imports Helm.
+.PHONY: test-helm
+test-helm: k8s-bins ## The Helm chart deploy/helm/csi-volmgr: helm lint, helm template, server-side dry-run, equal to deploy/base (module deploy/helm).
+	cd deploy/helm && $(GO) vet ./... && $(GO) test $(TESTFLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags, e.g. -parallel=1).
