@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
@@ -120,12 +119,8 @@ func ofKind[T any](tb testing.TB, objs []*unstructured.Unstructured, kind string
 	return out
 }
 
-// convert turns u into a typed object.
+// convert turns u into a typed object (k8stest.Convert).
 func convert[T any](tb testing.TB, u *unstructured.Unstructured) *T {
 	tb.Helper()
-	t := new(T)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, t, true); err != nil {
-		tb.Fatalf("%s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
-	}
-	return t
+	return k8stest.Convert[T](tb, u)
 }

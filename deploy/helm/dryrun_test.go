@@ -38,11 +38,7 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) []error {
 // decoded, defaulted, validated and admitted as `helm install` would have
 // it.
 func TestChartDryRun(t *testing.T) {
-	for name, vals := range map[string]string{
-		"defaults":           "",
-		"all options":        allOptions,
-		"namespaced secrets": namespacedSecrets,
-	} {
+	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			objs := renderChart(t, values(t, vals))
 			for _, err := range dryRun(t, objs) {

@@ -19,11 +19,7 @@ func lint(vals map[string]any) []error {
 // TestChartLint runs helm lint --strict with the default values, with every
 // option set and with deploy/namespaced-secrets' values.
 func TestChartLint(t *testing.T) {
-	for name, vals := range map[string]string{
-		"defaults":           "",
-		"all options":        allOptions,
-		"namespaced secrets": namespacedSecrets,
-	} {
+	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			if errs := lint(values(t, vals)); len(errs) != 0 {
 				t.Fatalf("helm lint: %v", errs)

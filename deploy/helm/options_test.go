@@ -1,6 +1,7 @@
 package helm_test
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
 // TestChartOptions renders allOptions and finds every option where it takes
@@ -17,7 +20,7 @@ import (
 func TestChartOptions(t *testing.T) {
 	objs := renderChart(t, values(t, allOptions))
 	const name = "edge-volmgr"
-	ds := convert[appsv1.DaemonSet](t, mustFind(t, objs, "DaemonSet", releaseNamespace, name))
+	ds := k8stest.Convert[appsv1.DaemonSet](t, mustFind(t, objs, "DaemonSet", releaseNamespace, name))
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 
@@ -89,26 +92,26 @@ func TestChartOptions(t *testing.T) {
 		}
 	}
 	// secrets: no cluster-wide rule, a Role per namespace.
-	cr := convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", "", name))
+	cr := k8stest.Convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", "", name))
 	for _, r := range cr.Rules {
 		if slices.Contains(r.Resources, "secrets") {
 			t.Errorf("secrets.clusterWide=false keeps the rule %v", r)
 		}
 	}
 	for ns, names := range map[string][]string{"workloads": {"db-credentials"}, "tenants": nil} {
-		role := convert[rbacv1.Role](t, mustFind(t, objs, "Role", ns, name+"-secrets"))
+		role := k8stest.Convert[rbacv1.Role](t, mustFind(t, objs, "Role", ns, name+"-secrets"))
 		want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: names}}
 		if d := cmp.Diff(want, role.Rules); d != "" {
 			t.Errorf("Role %s/%s-secrets (-want +got):\n%s", ns, name, d)
 		}
-		rb := convert[rbacv1.RoleBinding](t, mustFind(t, objs, "RoleBinding", ns, name+"-secrets"))
+		rb := k8stest.Convert[rbacv1.RoleBinding](t, mustFind(t, objs, "RoleBinding", ns, name+"-secrets"))
 		wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: releaseNamespace}}
 		if rb.RoleRef.Name != name+"-secrets" || !slices.Equal(rb.Subjects, wantSubj) {
 			t.Errorf("RoleBinding %s/%s-secrets: %v %v", ns, name, rb.RoleRef, rb.Subjects)
 		}
 	}
 	// runtimeAPI.subjects: bound to the runtime API's ClusterRole.
-	crb := convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-runtime-api"))
+	crb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-runtime-api"))
 	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runtime", Namespace: "runtime"}}
 	if crb.RoleRef.Name != name+"-runtime-api" || !slices.Equal(crb.Subjects, wantSubj) {
 		t.Errorf("runtime API binding: %v %v", crb.RoleRef, crb.Subjects)
@@ -130,7 +133,7 @@ func TestChartHTTPEndpoint(t *testing.T) {
 	} {
 		t.Run(tc.vals, func(t *testing.T) {
 			objs := renderChart(t, values(t, tc.vals))
-			c := convert[appsv1.DaemonSet](t, mustFind(t, objs, "DaemonSet", releaseNamespace, releaseName)).Spec.Template.Spec.Containers[0]
+			c := k8stest.Convert[appsv1.DaemonSet](t, mustFind(t, objs, "DaemonSet", releaseNamespace, releaseName)).Spec.Template.Spec.Containers[0]
 			var flag string
 			for _, a := range c.Args {
 				if strings.HasPrefix(a, "--http-endpoint") {
@@ -141,6 +144,17 @@ func TestChartHTTPEndpoint(t *testing.T) {
 				t.Fatalf("flag %q and %d ports, want %q and %d", flag, len(c.Ports), tc.flag, tc.ports)
 			}
 		})
+	}
+}
+
+// TestChartNodeSelectorReplaced shows how to replace the host selector:
+// Helm merges a nodeSelector value into the default, and a key set to null
+// leaves it.
+func TestChartNodeSelectorReplaced(t *testing.T) {
+	objs := renderChart(t, values(t, `nodeSelector: {csi-volmgr.io/agent-host: null, example.com/edge: "yes"}`))
+	spec := k8stest.Convert[appsv1.DaemonSet](t, mustFind(t, objs, "DaemonSet", releaseNamespace, releaseName)).Spec.Template.Spec
+	if want := map[string]string{"example.com/edge": "yes"}; !maps.Equal(spec.NodeSelector, want) {
+		t.Fatalf("nodeSelector %v, want %v", spec.NodeSelector, want)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -65,6 +64,13 @@ secrets:
   clusterWide: false
   namespaces: [{namespace: workloads}]
 `
+
+// valueSets are the values that lint, render and dry-run are tried with.
+var valueSets = map[string]string{
+	"defaults":           "",
+	"all options":        allOptions,
+	"namespaced secrets": namespacedSecrets,
+}
 
 // values parses a values file's content.
 func values(tb testing.TB, yaml string) map[string]any {
@@ -162,15 +168,4 @@ func mustFind(tb testing.TB, objs []*unstructured.Unstructured, kind, namespace,
 		tb.Fatalf("no %s %s/%s among the rendered objects", kind, namespace, name)
 	}
 	return o
-}
-
-// convert turns u into a typed object; a field the type does not know is an
-// error.
-func convert[T any](tb testing.TB, u *unstructured.Unstructured) *T {
-	tb.Helper()
-	t := new(T)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, t, true); err != nil {
-		tb.Fatalf("%s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
-	}
-	return t
 }
