@@ -63,7 +63,7 @@ $(GOLANGCI_LINT):
 ##@ Verify and test
 
 .PHONY: test
-test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet-fsgroup test-kubelet-metrics ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, equivalence with the kubelet's code.
+test: fmt-check vet lint k8s-bins test-unit test-sanity test-kubelet test-helm ## Everything CI runs: gofmt, vet, lint, unit+integration tests (-race), csi-sanity, the kubelet's code beside ours, the Helm chart.
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-clean.
@@ -100,13 +100,16 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 
 # test/kubelet is the separate module that runs the kubelet's own code
 # (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
-.PHONY: test-kubelet-fsgroup
-test-kubelet-fsgroup: ## The fsGroup ownership change against the kubelet's own code, file by file (module test/kubelet).
-	cd test/kubelet && $(GO) vet ./fsgroup/ && $(GO) test $(TESTFLAGS) ./fsgroup/
+.PHONY: test-kubelet
+test-kubelet: ## Against the kubelet's own code (module test/kubelet): the fsGroup ownership change file by file, and the volume metrics' names, types, help and labels.
+	cd test/kubelet && $(GO) vet ./fsgroup/ ./metrics/ && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/
 
-.PHONY: test-kubelet-metrics
-test-kubelet-metrics: ## The volume metrics' names, types, help and labels against the kubelet's own definitions (module test/kubelet).
-	cd test/kubelet && $(GO) vet ./metrics/ && $(GO) test $(TESTFLAGS) ./metrics/
+# deploy/helm is the separate module that tests the Helm chart through Helm's
+# Go SDK; the root module never imports Helm. No separate go vet: it would
+# compile Helm's dependencies once more (go test runs vet's checks).
+.PHONY: test-helm
+test-helm: k8s-bins ## The Helm chart deploy/helm/csi-volmgr: helm lint, helm template, server-side dry-run, equal to deploy/base (module deploy/helm).
+	cd deploy/helm && $(GO) test $(TESTFLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags, e.g. -parallel=1).

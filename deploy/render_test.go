@@ -2,9 +2,6 @@ package deploy_test
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,8 +11,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
@@ -89,7 +84,7 @@ func render(tb testing.TB, dir string) []*unstructured.Unstructured {
 	if err := cmd.Run(); err != nil {
 		tb.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
 	}
-	objs, err := decodeObjects(&stdout)
+	objs, err := k8stest.DecodeManifests(&stdout)
 	if err != nil {
 		tb.Fatalf("kubectl kustomize %s: %v", dir, err)
 	}
@@ -97,28 +92,6 @@ func render(tb testing.TB, dir string) []*unstructured.Unstructured {
 		tb.Fatalf("kubectl kustomize %s rendered no object", dir)
 	}
 	return objs
-}
-
-// decodeObjects decodes a multi-document YAML stream.
-func decodeObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return objs, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("decoding YAML: %w", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		u := &unstructured.Unstructured{Object: m}
-		if u.GetKind() == "" || u.GetName() == "" {
-			return nil, fmt.Errorf("object without kind or name: %v", m)
-		}
-		objs = append(objs, u)
-	}
 }
 
 // find returns the one object of kind/namespace/name in objs.
@@ -146,12 +119,8 @@ func ofKind[T any](tb testing.TB, objs []*unstructured.Unstructured, kind string
 	return out
 }
 
-// convert turns u into a typed object.
+// convert turns u into a typed object (k8stest.Convert).
 func convert[T any](tb testing.TB, u *unstructured.Unstructured) *T {
 	tb.Helper()
-	t := new(T)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, t, true); err != nil {
-		tb.Fatalf("%s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
-	}
-	return t
+	return k8stest.Convert[T](tb, u)
 }
