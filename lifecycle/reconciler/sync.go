@@ -7,12 +7,18 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
 // settleRetry is how soon a volume whose unstage waits for the desired state
 // to settle is looked at again.
 const settleRetry = 100 * time.Millisecond
+
+// unreadableRecheck is how soon a publish kept for a pod with an unreadable
+// volume is looked at again.
+const unreadableRecheck = 2 * time.Second
 
 // syncVolume brings one volume's attach and stage state in line: a wanted
 // volume is attached (checked) and staged, then its pods are handed to the
@@ -139,6 +145,16 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 			// front endpoint is that caller's to tear down.
 			return nil
 		}
+		if r.unreadableIn(key.Pod) {
+			// The pod is still here but one of its volumes could not be
+			// read (after a restart, its use is not in the desired state
+			// yet): this publish may be that volume's. It stays until the
+			// pod resolves again (its use reappears, or is gone for good)
+			// or leaves. Neither enqueues this key (the desired state
+			// never had it), so it is looked at again after a while.
+			r.pods.AddAfter(key, unreadableRecheck)
+			return nil
+		}
 		if r.cfg.Holds != nil {
 			if _, held := r.cfg.Holds.Held(key.Pod); held {
 				// Its containers may still run: no unpublish and no retry
@@ -172,6 +188,21 @@ func (r *Reconciler) syncPodVolume(ctx context.Context, key volume.PodKey) error
 		return fmt.Errorf("publish %s: %w", key, err)
 	}
 	return r.expandAfterPublish(ctx, key, use)
+}
+
+// unreadableIn tells whether the pod is in the desired state with a volume
+// whose PVC or PV could not be read.
+func (r *Reconciler) unreadableIn(uid types.UID) bool {
+	p, ok := r.cfg.Desired.Pod(uid)
+	if !ok {
+		return false
+	}
+	for _, e := range p.Errors {
+		if errors.Is(e.Err, volume.ErrUnreadable) {
+			return true
+		}
+	}
+	return false
 }
 
 // knownVolumes is every volume the desired or the actual state knows.
