@@ -86,6 +86,18 @@ func (m *Manager) RunningPods(uids []types.UID) {
 	}
 }
 
+// BeginRunningPods dates a report before the runtime lists its pods: a pod
+// that leaves the desired state after this call may have started after the
+// list was taken, so the report (the returned function) does not release
+// it.
+func (m *Manager) BeginRunningPods() func(uids []types.UID) {
+	if m.holds == nil {
+		return func([]types.UID) {}
+	}
+	mark := m.holds.Mark()
+	return func(uids []types.UID) { m.holds.RunningAsOf(mark, uids) }
+}
+
 // AwaitingRuntime says whether the pod left the desired state and its
 // volumes stay until its runtime says its containers stopped, and why.
 // A runtime that never reports keeps them forever: nothing is unmounted,

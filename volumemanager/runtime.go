@@ -262,6 +262,14 @@ func (vm *VolumeManager) ContainersStopped(uid types.UID) { vm.manager.Container
 // nothing. It never blocks.
 func (vm *VolumeManager) RunningPods(uids []types.UID) { vm.manager.RunningPods(uids) }
 
+// BeginRunningPods is RunningPods for a runtime whose list takes time (a
+// remote provider's GetPods): call it right before listing, and the
+// returned function with the list. The report then counts as of the call,
+// so it does not release a pod that left the API server — and may have
+// started — while the list was being taken. RunningPods counts as of its
+// own call.
+func (vm *VolumeManager) BeginRunningPods() func(uids []types.UID) { return vm.manager.BeginRunningPods() }
+
 // WaitForUnmount returns nil once none of the pod's volumes is published
 // any more and the desired state wants none for it, or ctx's error. It is
 // woken by the lifecycle's events, never by polling.

@@ -57,7 +57,7 @@ func (v *volumes) ContainersStopped(uid types.UID) {
 	v.stopped = append(v.stopped, uid)
 	v.mu.Unlock()
 }
-func (v *volumes) RunningPods([]types.UID)                           {}
+func (v *volumes) BeginRunningPods() func([]types.UID)               { return func([]types.UID) {} }
 func (v *volumes) WaitForUnmount(context.Context, *corev1.Pod) error { return nil }
 func (v *volumes) PodVolumes(types.UID) (volumemanager.PodVolumes, bool) {
 	return volumemanager.PodVolumes{}, false

@@ -77,25 +77,32 @@ type Pods struct {
 	cfg   Config
 	clock clock.PassiveClock
 
-	// mu protects pods, reports, running and pruneAt. States is read under
-	// it; States never calls Pods.
+	// mu protects pods, leaves, running, runningAsOf and pruneAt. States
+	// is read under it; States never calls Pods.
 	mu   sync.Mutex
 	pods map[types.UID]*record
-	// reports counts the runtime's reports; running is the latest, nil
-	// before the first.
-	reports uint64
-	running map[types.UID]struct{}
+	// leaves counts the pods that left the desired state: a report is dated
+	// by this count when the runtime starts listing its pods (Mark).
+	leaves uint64
+	// running is the latest report, nil before the first; runningAsOf its
+	// date.
+	running     map[types.UID]struct{}
+	runningAsOf uint64
 	// pruneAt is the number of records above which a new record prunes.
 	pruneAt int
 }
 
 // record is what Pods knows of one pod.
 type record struct {
-	// left is the number of reports received when the pod left the desired
-	// state; hasLeft is false for a pod never seen leaving it (found on
-	// disk at start, or still wanted).
+	// left is the pod's number among the pods that left the desired state;
+	// hasLeft is false for a pod never seen leaving it (found on disk at
+	// start, or still wanted).
 	left    uint64
 	hasLeft bool
+	// wanted says the pod was in the desired state in this run: a report
+	// releases it only once its leaving is recorded (hasLeft), never as a
+	// pod found on disk.
+	wanted bool
 	// released is how the pod was released; empty while it is not.
 	released string
 	// logged says its hold was logged.
@@ -128,16 +135,26 @@ func (p *Pods) podChanged(uid types.UID) {
 	defer p.mu.Unlock()
 	r, known := p.pods[uid]
 	if wanted {
-		if known {
-			r.hasLeft = false
-		}
+		r = p.recordLocked(uid)
+		r.wanted, r.hasLeft = true, false
 		return
 	}
 	if known && r.hasLeft {
 		return
 	}
 	r = p.recordLocked(uid)
-	r.hasLeft, r.left, r.changed = true, p.reports, p.clock.Now()
+	p.leaves++
+	r.hasLeft, r.left, r.changed = true, p.leaves, p.clock.Now()
+}
+
+// Mark dates a report: call it right before the runtime lists the pods it
+// runs, and give the list to RunningAsOf with the mark. A pod that left
+// the desired state after the mark may have started after the list was
+// taken, so that report does not release it.
+func (p *Pods) Mark() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leaves
 }
 
 // ContainersStopped records the runtime's word that the pod's containers
@@ -167,7 +184,11 @@ func (p *Pods) release(uid types.UID, how string) {
 // UIDs; an empty list says it runs none): every pod that is held, left
 // the desired state before this report (or was found on disk at start)
 // and is not in it is released. The kubelet's "ask the runtime" step.
-func (p *Pods) Running(uids []types.UID) {
+func (p *Pods) Running(uids []types.UID) { p.RunningAsOf(p.Mark(), uids) }
+
+// RunningAsOf is Running for a list the runtime took after Mark returned
+// mark. A report older than the latest one is dropped.
+func (p *Pods) RunningAsOf(mark uint64, uids []types.UID) {
 	var candidates []types.UID
 	if p.cfg.Synced() {
 		candidates = p.cfg.States.Unwanted()
@@ -182,8 +203,11 @@ func (p *Pods) Running(uids []types.UID) {
 	}
 	var out []released
 	p.mu.Lock()
-	p.reports++
-	p.running = running
+	if p.running != nil && mark < p.runningAsOf {
+		p.mu.Unlock()
+		return
+	}
+	p.running, p.runningAsOf = running, mark
 	for _, uid := range candidates {
 		r := p.pods[uid]
 		if (r != nil && r.released != "") || !p.notRunningLocked(uid, r) {
@@ -279,9 +303,10 @@ func (p *Pods) waitingLocked(uid types.UID) (string, bool) {
 	return heldReason(r), true
 }
 
-// notRunningLocked says whether the latest report releases the pod: it came
-// after the pod left the desired state (any report, for a pod never seen
-// leaving it) and does not have the pod.
+// notRunningLocked says whether the latest report releases the pod: it was
+// dated (Mark) after the pod left the desired state — any report, for a
+// pod found on disk and never in the desired state in this run — and does
+// not have the pod.
 func (p *Pods) notRunningLocked(uid types.UID, r *record) bool {
 	if p.running == nil {
 		return false
@@ -289,11 +314,21 @@ func (p *Pods) notRunningLocked(uid types.UID, r *record) bool {
 	if _, running := p.running[uid]; running {
 		return false
 	}
-	return r == nil || !r.hasLeft || r.left < p.reports
+	switch {
+	case r == nil:
+		// Found on disk at start, never in the desired state.
+		return true
+	case r.hasLeft:
+		return r.left <= p.runningAsOf
+	default:
+		// Still wanted, or its leaving not recorded yet (the desired
+		// state's handlers run after the change): not for this report.
+		return !r.wanted
+	}
 }
 
 func heldReason(r *record) string {
-	if r.hasLeft {
+	if r.hasLeft || r.wanted {
 		return ReasonLeftAPIServer
 	}
 	return ReasonFoundOnDisk

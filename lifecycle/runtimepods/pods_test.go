@@ -268,3 +268,49 @@ func TestRecordsArePrunedOnceNothingIsLeft(t *testing.T) {
 	}
 	e.wantHeld("held", ReasonLeftAPIServer)
 }
+
+// TestReportListedBeforeThePodLeftDoesNotReleaseIt: a report the runtime
+// listed (Mark) before the pod left the desired state — the pod may have
+// started after the list was taken — does not release it, however late it
+// arrives; a report listed after the leaving does.
+func TestReportListedBeforeThePodLeftDoesNotReleaseIt(t *testing.T) {
+	e := newEnv(t)
+	mark := e.pods.Mark() // the runtime starts listing: p does not run yet
+	e.runs("p")
+	e.leaves("p")
+	e.pods.RunningAsOf(mark, []types.UID{})
+	e.wantHeld("p", ReasonLeftAPIServer)
+	if got := e.released(); len(got) != 0 {
+		t.Fatalf("released %v by a list taken before the pod left", got)
+	}
+	// An older report arriving later changes nothing either.
+	e.pods.RunningAsOf(e.pods.Mark(), []types.UID{"p"})
+	e.pods.RunningAsOf(mark, []types.UID{})
+	e.wantHeld("p", ReasonLeftAPIServer)
+	e.pods.RunningAsOf(e.pods.Mark(), []types.UID{})
+	e.wantReleased("p")
+}
+
+// TestPodLeavingBeforeItsHandlerRanIsHeld: between the desired state's
+// change and its handler, a pod that was wanted in this run is not taken
+// for one found on disk: a report does not release it.
+func TestPodLeavingBeforeItsHandlerRanIsHeld(t *testing.T) {
+	e := newEnv(t)
+	e.runs("p")
+	e.pods.Running([]types.UID{})
+	// The desired state dropped p; its handler has not run yet.
+	e.states.mu.Lock()
+	delete(e.states.wanted, "p")
+	e.states.mu.Unlock()
+	if reason, held := e.pods.Held("p"); !held {
+		t.Fatalf("Held(p) = %q, released: a report taken while p was wanted released it as a pod found on disk", reason)
+	}
+	e.pods.Running([]types.UID{})
+	if got := e.released(); len(got) != 0 {
+		t.Fatalf("released %v before the pod's leaving was recorded", got)
+	}
+	e.pods.podChanged("p")
+	e.wantHeld("p", ReasonLeftAPIServer)
+	e.pods.Running([]types.UID{})
+	e.wantReleased("p")
+}

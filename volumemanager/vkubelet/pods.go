@@ -30,7 +30,7 @@ type VolumeManager interface {
 	GetMountedVolumesForPod(uid types.UID) map[string]volumemanager.MountedVolume
 	GetExtraSupplementalGroupsForPod(pod *corev1.Pod) []int64
 	ContainersStopped(uid types.UID)
-	RunningPods(uids []types.UID)
+	BeginRunningPods() func(uids []types.UID)
 	WaitForUnmount(ctx context.Context, pod *corev1.Pod) error
 	PodVolumes(uid types.UID) (volumemanager.PodVolumes, bool)
 }

@@ -75,8 +75,8 @@ func (f *fakeVolumes) GetExtraSupplementalGroupsForPod(*corev1.Pod) []int64 {
 
 func (f *fakeVolumes) ContainersStopped(types.UID) { f.steps.add("containers stopped") }
 
-func (f *fakeVolumes) RunningPods(uids []types.UID) {
-	f.steps.add(fmt.Sprintf("running pods %v", uids))
+func (f *fakeVolumes) BeginRunningPods() func([]types.UID) {
+	return func(uids []types.UID) { f.steps.add(fmt.Sprintf("running pods %v", uids)) }
 }
 
 func (f *fakeVolumes) WaitForUnmount(ctx context.Context, _ *corev1.Pod) error {

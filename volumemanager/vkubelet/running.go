@@ -15,8 +15,9 @@ const DefaultRunningPodsPeriod = 10 * time.Second
 // RunningPodsReporter is what ReportRunningPods tells;
 // *volumemanager.VolumeManager implements it.
 type RunningPodsReporter interface {
-	// RunningPods gives the pods whose containers the runtime runs.
-	RunningPods(uids []types.UID)
+	// BeginRunningPods dates a report before the pods are listed; the
+	// returned function takes the list.
+	BeginRunningPods() func(uids []types.UID)
 }
 
 // ReportRunningPods tells the volume manager, every period (0 means
@@ -46,6 +47,9 @@ func ReportRunningPods(ctx context.Context, provider node.PodLifecycleHandler, v
 // reportRunningPods reports the provider's running pods once; when the
 // provider cannot list them, nothing is reported (the pods stay held).
 func reportRunningPods(ctx context.Context, provider node.PodLifecycleHandler, vm RunningPodsReporter) {
+	// Dated before the list: a pod started (and force-deleted) while
+	// GetPods runs is not released by a list without it.
+	report := vm.BeginRunningPods()
 	pods, err := provider.GetPods(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot list the provider's pods; the volume manager keeps the volumes of pods it has no word of")
@@ -57,5 +61,5 @@ func reportRunningPods(ctx context.Context, provider node.PodLifecycleHandler, v
 			uids = append(uids, pod.UID)
 		}
 	}
-	vm.RunningPods(uids)
+	report(uids)
 }

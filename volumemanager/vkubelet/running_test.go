@@ -30,18 +30,25 @@ func (p *listingProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	return p.pods, p.err
 }
 
-// reports records the RunningPods reports.
+// reports records the running-pods reports, and how many were begun
+// before their list was taken.
 type reports struct {
-	mu  sync.Mutex
-	got [][]types.UID
-	ch  chan struct{}
+	mu    sync.Mutex
+	got   [][]types.UID
+	begun int
+	ch    chan struct{}
 }
 
-func (r *reports) RunningPods(uids []types.UID) {
+func (r *reports) BeginRunningPods() func([]types.UID) {
 	r.mu.Lock()
-	r.got = append(r.got, slices.Clone(uids))
+	r.begun++
 	r.mu.Unlock()
-	r.ch <- struct{}{}
+	return func(uids []types.UID) {
+		r.mu.Lock()
+		r.got = append(r.got, slices.Clone(uids))
+		r.mu.Unlock()
+		r.ch <- struct{}{}
+	}
 }
 
 func TestReportRunningPodsLeavesOutPodsThatAreDone(t *testing.T) {
