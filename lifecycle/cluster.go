@@ -35,7 +35,9 @@ type clusterMode struct {
 	// owner is told of every version of the Node's labels: the agent
 	// acts only while the Node carries nodeowner.Label.
 	owner *nodeowner.Gate
-	in    inputs
+	// ownerMu serializes observeOwner.
+	ownerMu sync.Mutex
+	in      inputs
 }
 
 func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions) (*clusterMode, error) {
@@ -134,7 +136,12 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 }
 
 // observeOwner tells the owner Gate of the Node's labels as cached now.
+// It is called from the Node's events and once after its first list; the
+// lock makes the last to read the cache the last to tell the Gate, so that
+// an older view never overwrites a newer one.
 func (c *clusterMode) observeOwner() {
+	c.ownerMu.Lock()
+	defer c.ownerMu.Unlock()
 	labels, exists := c.node.Labels()
 	c.owner.Observe(labels, exists)
 }

@@ -70,8 +70,8 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := checkRootDir(cfg.RootDir); err != nil {
-		return nil, err
+	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
+		return nil, &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s: %w", cfg.RootDir, err)}
 	}
 	lock, err := lockRoot(cfg.RootDir)
 	if err != nil {
@@ -82,6 +82,9 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 			lock.release()
 		}
 	}()
+	if err := checkWritable(cfg.RootDir); err != nil {
+		return nil, err
+	}
 	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics()}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
 	if err := vm.newBackend(ctx); err != nil {
@@ -292,12 +295,9 @@ func (vm *VolumeManager) ensureCSINode(ctx context.Context) {
 	}
 }
 
-// checkRootDir makes sure the root directory exists and is writable, so
-// that a read-only file system fails at start with one clear line.
-func checkRootDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s: %w", dir, err)}
-	}
+// checkWritable makes sure the root directory is writable, so that a
+// read-only file system fails at start with one clear line.
+func checkWritable(dir string) error {
 	f, err := os.CreateTemp(dir, ".write-check-")
 	if err != nil {
 		return &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s is not writable: %w", dir, err)}

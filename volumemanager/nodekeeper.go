@@ -283,13 +283,17 @@ func keepable(n *corev1.Node) bool {
 // each change of the owner Gate (the Node labelled, or deleted) until it
 // succeeds or ctx ends.
 func (k *nodeKeeper) Run(ctx context.Context) {
+	var changed <-chan struct{}
+	if k.owner != nil {
+		changed = k.owner.Changed()
+	}
 	for first := true; k.nc == nil; first = false {
 		if !k.foreign || k.owner == nil {
 			return
 		}
 		// A label set since Register looked is not missed: the first
-		// round does not wait when the Gate is open already.
-		changed := k.owner.Changed()
+		// round does not wait when the Gate is open already, and each
+		// later one waits on the Gate's state from before its Register.
 		if owned, _ := k.owner.Owned(); !first || !owned {
 			select {
 			case <-ctx.Done():
@@ -297,6 +301,7 @@ func (k *nodeKeeper) Run(ctx context.Context) {
 			case <-changed:
 			}
 		}
+		changed = k.owner.Changed()
 		if err := k.Register(ctx); err != nil {
 			if ctx.Err() == nil {
 				klog.FromContext(ctx).Error(err, "Registering the Node failed", "node", k.name)

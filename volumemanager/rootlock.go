@@ -28,7 +28,7 @@ func lockRoot(rootDir string) (*rootLock, error) {
 	path := LockFile(rootDir)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s: opening the lock file: %w", rootDir, err)}
+		return nil, &ConfigError{Field: "RootDir", Err: fmt.Errorf("%s is not writable: opening the lock file: %w", rootDir, err)}
 	}
 	// flock locks belong to the open file description: a second open of
 	// the same file, in this process or another, conflicts.

@@ -268,7 +268,9 @@ func (vm *VolumeManager) RunningPods(uids []types.UID) { vm.manager.RunningPods(
 // so it does not release a pod that left the API server — and may have
 // started — while the list was being taken. RunningPods counts as of its
 // own call.
-func (vm *VolumeManager) BeginRunningPods() func(uids []types.UID) { return vm.manager.BeginRunningPods() }
+func (vm *VolumeManager) BeginRunningPods() func(uids []types.UID) {
+	return vm.manager.BeginRunningPods()
+}
 
 // WaitForUnmount returns nil once none of the pod's volumes is published
 // any more and the desired state wants none for it, or ctx's error. It is
