@@ -26,9 +26,11 @@ const DefaultPodWatchLivenessBound = 5 * time.Minute
 
 // livenessChecks are the named checks of /healthz and /livez:
 //
-//   - lifecycle-steps: no worker is inside one lifecycle step, without
-//     progress, for longer than twice the CSI call timeout (a hung mount
-//     or stat on a dead server);
+//   - lifecycle-steps: no worker is inside one lifecycle operation (its
+//     lock wait, its CSI call, its mounts) without progress for longer than
+//     twice the CSI call timeout (a hung mount or stat on a dead server);
+//     each operation that returns, and the fsGroup walk's reports, are
+//     progress;
 //   - pod-watch: the watch of the node's pods has not failed without a
 //     break for longer than Tuning.PodWatchLivenessBound (cluster mode).
 func (vm *VolumeManager) livenessChecks() []healthz.HealthChecker {

@@ -149,6 +149,8 @@ func New(cfg Config) (*Reconciler, error) {
 		ready:      map[types.UID]bool{},
 		unreadable: map[types.UID]string{},
 	}
+	// Each operation's return is progress of the step that ran it.
+	r.cfg.Operations = progressOps{Operations: cfg.Operations, steps: &r.steps, now: cfg.Now}
 	r.volumes = workqueue.NewTypedRateLimitingQueueWithConfig(newLimiter[volume.Name](cfg),
 		workqueue.TypedRateLimitingQueueConfig[volume.Name]{Name: VolumeQueueName, MetricsProvider: cfg.MetricsProvider})
 	r.pods = workqueue.NewTypedRateLimitingQueueWithConfig(newLimiter[volume.PodKey](cfg),

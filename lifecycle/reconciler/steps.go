@@ -28,13 +28,59 @@ type step struct {
 	progress time.Time
 }
 
-// track wraps sync so that every call is recorded while it runs.
+// track wraps sync so that every call is recorded while it runs. The
+// step's context carries its id, so that each operation it runs counts as
+// progress when it returns (progressOps).
 func track[T comparable](s *steps, now func() time.Time, sync func(context.Context, T) error) func(context.Context, T) error {
 	return func(ctx context.Context, key T) error {
 		id := s.begin(key, now())
 		defer s.end(id)
-		return sync(ctx, key)
+		return sync(context.WithValue(ctx, stepID{}, id), key)
 	}
+}
+
+// stepID is the context key of the step's id.
+type stepID struct{}
+
+// progressOps marks the step progressed each time one of its operations
+// returns: the liveness bound applies to one operation (its lock wait and
+// its CSI call), not to a step that runs several of them (a publish and
+// the expansion after it, an unstage and a stage).
+type progressOps struct {
+	Operations
+	steps *steps
+	now   func() time.Time
+}
+
+func (o progressOps) done(ctx context.Context) {
+	if id, ok := ctx.Value(stepID{}).(uint64); ok {
+		o.steps.progressedID(id, o.now())
+	}
+}
+
+func (o progressOps) WaitForAttach(ctx context.Context, name volume.Name, src volume.Source) error {
+	defer o.done(ctx)
+	return o.Operations.WaitForAttach(ctx, name, src)
+}
+
+func (o progressOps) Stage(ctx context.Context, name volume.Name, src volume.Source, fsGroup *int64) error {
+	defer o.done(ctx)
+	return o.Operations.Stage(ctx, name, src, fsGroup)
+}
+
+func (o progressOps) Publish(ctx context.Context, key volume.PodKey, src volume.Source, pv volume.PodVolume) error {
+	defer o.done(ctx)
+	return o.Operations.Publish(ctx, key, src, pv)
+}
+
+func (o progressOps) Unpublish(ctx context.Context, key volume.PodKey) error {
+	defer o.done(ctx)
+	return o.Operations.Unpublish(ctx, key)
+}
+
+func (o progressOps) Unstage(ctx context.Context, name volume.Name) error {
+	defer o.done(ctx)
+	return o.Operations.Unstage(ctx, name)
 }
 
 func (s *steps) begin(key any, at time.Time) uint64 {
@@ -52,6 +98,15 @@ func (s *steps) end(id uint64) {
 	s.mu.Lock()
 	delete(s.active, id)
 	s.mu.Unlock()
+}
+
+// progressedID records progress of the step id.
+func (s *steps) progressedID(id uint64, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.active[id]; ok {
+		st.progress = at
+	}
 }
 
 // progressed records progress of the steps of key.

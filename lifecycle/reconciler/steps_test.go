@@ -1,11 +1,13 @@
 package reconciler
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
 
@@ -67,4 +69,34 @@ func TestCheckStepsFiresForAWedgedStep(t *testing.T) {
 	release()
 	eventually(t, "pod ready", func() bool { s, _ := h.status.get("p1"); return s.Ready })
 	eventually(t, "check passes once the step returned", func() bool { return h.r.CheckSteps(bound) == nil })
+}
+
+// TestEachOperationIsProgress: a step that runs several operations (an
+// unpublish, then more) is judged by the time since its last operation
+// returned, not since it started.
+func TestEachOperationIsProgress(t *testing.T) {
+	clock := &fakeNow{now: time.Unix(1_000_000, 0)}
+	var s steps
+	ops := progressOps{Operations: &fakeOps{world: asw.New(asw.Options{})}, steps: &s, now: clock.Now}
+	key := volume.PodKey{Volume: "v", Pod: "p"}
+	var stalled time.Duration
+	step := track(&s, clock.Now, func(ctx context.Context, key volume.PodKey) error {
+		clock.step(3 * time.Minute)
+		if err := ops.Unpublish(ctx, key); err != nil {
+			return err
+		}
+		clock.step(3 * time.Minute)
+		st, _ := s.stalest()
+		stalled = clock.Now().Sub(st.progress)
+		return nil
+	})
+	if err := step(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if stalled != 3*time.Minute {
+		t.Errorf("6 minutes into a step whose operation returned after 3: stalled %v, want 3m", stalled)
+	}
+	if s.count() != 0 {
+		t.Errorf("%d steps in flight after the step returned", s.count())
+	}
 }
