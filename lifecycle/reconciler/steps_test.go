@@ -90,7 +90,7 @@ func TestEachOperationIsProgress(t *testing.T) {
 		stalled = clock.Now().Sub(st.progress)
 		return nil
 	})
-	if err := step(context.Background(), key); err != nil {
+	if err := step(t.Context(), key); err != nil {
 		t.Fatal(err)
 	}
 	if stalled != 3*time.Minute {
