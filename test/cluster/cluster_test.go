@@ -243,7 +243,15 @@ func (c *cluster) staticVolumeOf(p *plugintest.Plugin, pvName, class string, mod
 // (default filesystem).
 func (c *cluster) claim(name, class string, mode ...corev1.PersistentVolumeMode) {
 	c.t.Helper()
+	c.claimOf(name, class, "", mode...)
+}
+
+// claimOf is claim for the PV pvName alone (spec.volumeName), when several
+// PVs of the class would fit it; empty binds any.
+func (c *cluster) claimOf(name, class, pvName string, mode ...corev1.PersistentVolumeMode) {
+	c.t.Helper()
 	spec := claimSpec(class)
+	spec.VolumeName = pvName
 	if len(mode) > 0 {
 		spec.VolumeMode = &mode[0]
 	}

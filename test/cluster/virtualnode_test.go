@@ -67,8 +67,9 @@ func TestVirtualNodeRunsPodsWithCSIVolumes(t *testing.T) {
 		fmt.Appendf(nil, `{"metadata":{"annotations":{"pv.beta.kubernetes.io/gid":"%d"}}}`, volumeGroup), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.claim("data", "")
-	c.claim("shared", "")
+	// pv-data and pv-shared both fit either claim: each claim names its PV.
+	c.claimOf("data", "", "pv-data")
+	c.claimOf("shared", "", "pv-shared")
 	c.claim("raw", "", corev1.PersistentVolumeBlock)
 	pod := c.pod("app", "id -G > /data/groups || exit 1; for d in data shared scratch inline; do echo hello > /$d/hello || exit 1; done; "+
 		"printf 'hello from a block device' | dd of=/dev/xvdr conv=notrunc 2>/dev/null || exit 1; exec sleep 3600",
