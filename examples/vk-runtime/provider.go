@@ -249,6 +249,28 @@ func (p *processProvider) stopAll(ctx context.Context, run *podRun, grace time.D
 		_ = syscall.Kill(-proc.cmd.Process.Pid, syscall.SIGKILL)
 		<-proc.done
 	}
+	// The leader's exit is not its group's: a container's other processes
+	// (children its command forked) may still run, or not be reaped yet.
+	// Its volumes go only once none is left, as a runtime waits for a
+	// container's cgroup to empty.
+	for _, proc := range procs {
+		waitGroupGone(proc.cmd.Process.Pid, grace)
+	}
+}
+
+// waitGroupGone waits until no process of the process group pgid is left,
+// SIGKILLing what remains after grace, for at most twice grace.
+func waitGroupGone(pgid int, grace time.Duration) {
+	start := time.Now()
+	for syscall.Kill(-pgid, 0) == nil {
+		if time.Since(start) > grace {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		if time.Since(start) > 2*grace {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // report computes the pod's status from its processes and notifies the
