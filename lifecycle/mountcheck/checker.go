@@ -378,16 +378,17 @@ func (c *Checker) probe(ctx context.Context, path string, mustMount bool) string
 		return ""
 	}
 	go func() {
-		defer func() {
-			<-c.sem
-			c.mu.Lock()
-			delete(c.probing, path)
-			c.mu.Unlock()
-		}()
 		var r result
 		if _, r.statErr = os.Stat(path); r.statErr == nil {
 			r.mounted, r.mntErr = c.mounts.IsMountPoint(path)
 		}
+		// Done with the path before the result is told: a check right
+		// after this one must probe it again, not take it for a probe
+		// that still hangs.
+		<-c.sem
+		c.mu.Lock()
+		delete(c.probing, path)
+		c.mu.Unlock()
 		done <- r
 	}()
 	var r result
