@@ -31,7 +31,9 @@ func TestUnreadableVolumeOfALivePodIsKept(t *testing.T) {
 	h.r.resync()
 	key := volume.PodKey{Volume: name, Pod: "p1"}
 	eventually(t, "the unwanted key handled", func() bool { return h.seenCount(key) >= 2 })
-	time.Sleep(200 * time.Millisecond)
+	// Kept, and looked at again (unreadableRecheck): still kept.
+	seen := h.seenCount(key)
+	eventually(t, "the kept key looked at again", func() bool { return h.seenCount(key) > seen })
 	if calls := h.ops.history(); slices.Contains(calls, "unpublish "+key.String()) {
 		t.Fatalf("calls %q: the publish of a live pod with an unreadable volume was torn down", calls)
 	}
