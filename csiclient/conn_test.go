@@ -201,8 +201,11 @@ func TestCapabilitiesDroppedWhenConnectionLost(t *testing.T) {
 	restarted.SetNodeCapabilities(csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)
 	csiclienttest.StartServerAt(t, endpoint, restarted.Servers())
 
-	// No call has redialled yet: only the lost connection tells the Client
-	// that its cached answer is stale. This call reconnects.
+	// The Client reconnects by itself (it tells OnReconnect); no call has
+	// been made since the loss, so only the lost connection told it that
+	// its cached answer is stale. Calls made while its redial backs off
+	// fail as uncertain, so the check waits for the connection first.
+	waitForConnection(t, c, "back", ready)
 	caps, err := c.NodeCapabilities(t.Context())
 	if err != nil || caps.StageUnstage() || !caps.VolumeMountGroup() {
 		t.Errorf("NodeCapabilities after reconnect = (%v, %v), want the new driver's [VOLUME_MOUNT_GROUP]", caps, err)
