@@ -173,7 +173,7 @@ type stepRecorder struct {
 	steps []step
 }
 
-func (r *stepRecorder) ObserveOperation(driver string, s volume.Step, _ volume.AccessType, err error, _ time.Duration) {
+func (r *stepRecorder) ObserveOperation(driver string, s volume.Step, _ volume.AccessType, _ bool, err error, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.steps = append(r.steps, step{driver, s, err})

@@ -31,6 +31,9 @@ type Volume struct {
 	Reconstructed bool
 	// SELinuxContext is the context= the volume was staged with.
 	SELinuxContext string
+	// Migrated marks an in-tree volume translated to CSI, as a stage or
+	// publish recorded it (not known for a volume reconstructed at start).
+	Migrated bool
 	// LastError is the volume's last error (attach, stage or unstage), nil if none.
 	LastError *Failure
 }
@@ -76,6 +79,7 @@ func (v *volumeEntry) copy(name volume.Name) Volume {
 		External:       v.external,
 		Reconstructed:  v.reconstructed,
 		SELinuxContext: v.seLinuxContext,
+		Migrated:       v.migrated,
 		LastError:      copyFailure(v.lastErr),
 	}
 }

@@ -35,6 +35,9 @@ type StageOutcome struct {
 	// SELinuxContext is the context= the volume was staged with; recorded
 	// with State Staged.
 	SELinuxContext string
+	// Migrated marks an in-tree volume translated to CSI (volume.Source's
+	// Migrated); the mark stays with the volume until it is forgotten.
+	Migrated bool
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -55,6 +58,9 @@ type PublishOutcome struct {
 	// pod's containers (block device, SELinux context); nil keeps what was
 	// recorded.
 	Presentation *volume.Presentation
+	// Migrated marks an in-tree volume translated to CSI, as in
+	// StageOutcome.
+	Migrated bool
 	// Err is the step's error; nil for success.
 	Err error
 }
@@ -84,6 +90,7 @@ type volumeEntry struct {
 	external       bool
 	reconstructed  bool
 	seLinuxContext string
+	migrated       bool
 	lastErr        *Failure
 	pods           map[types.UID]*podEntry
 }
@@ -176,6 +183,7 @@ func (w *World) RecordStage(name volume.Name, id volume.ID, o StageOutcome) {
 		v.reconstructed = false
 		v.seLinuxContext = o.SELinuxContext
 	}
+	v.migrated = v.migrated || o.Migrated
 	v.lastErr = w.failure(o.Step, o.Err)
 }
 
@@ -186,6 +194,9 @@ func (w *World) RecordPublish(key volume.PodKey, id volume.ID, o PublishOutcome)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pod(key, id)
+	if o.Migrated {
+		w.volumes[key.Volume].migrated = true
+	}
 	p.state = o.State
 	p.external = o.External
 	if o.TargetPath != "" {

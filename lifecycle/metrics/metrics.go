@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,11 +18,6 @@ const (
 	StatusSuccess     = "success"
 	StatusFailUnknown = "fail-unknown"
 )
-
-// MigratedFalse is the migrated label value of every step: the agent
-// records steps of in-tree volumes it translated to CSI (CSI migration) as
-// of their CSI driver, without marking them migrated.
-const MigratedFalse = "false"
 
 // pluginPrefix makes the kubelet's fully qualified plugin name of a CSI
 // driver: "kubernetes.io/csi:<driver>".
@@ -148,14 +144,15 @@ func OperationName(step volume.Step, access volume.AccessType) string {
 // "kubernetes.io/csi:<driver>", operation_name the kubelet's name of the
 // step for the access type (OperationName: "mount_device" for a file
 // system's stage, "map_volume" for a block volume's), status "success"
-// when err is nil, else "fail-unknown", as the kubelet records them, and
-// migrated "false".
-func (m *Metrics) ObserveOperation(driver string, step volume.Step, access volume.AccessType, err error, d time.Duration) {
+// when err is nil, else "fail-unknown", and migrated "true" for an
+// in-tree volume translated to CSI, as the kubelet records them (its
+// volume.Spec.Migrated): the plugin label is the CSI driver's either way.
+func (m *Metrics) ObserveOperation(driver string, step volume.Step, access volume.AccessType, migrated bool, err error, d time.Duration) {
 	status := StatusSuccess
 	if err != nil {
 		status = StatusFailUnknown
 	}
-	m.operations.WithLabelValues(PluginName(driver), OperationName(step, access), status, MigratedFalse).Observe(d.Seconds())
+	m.operations.WithLabelValues(PluginName(driver), OperationName(step, access), status, strconv.FormatBool(migrated)).Observe(d.Seconds())
 }
 
 // ObservePodReady records, in csi_volmgr_pod_volumes_ready_seconds, the

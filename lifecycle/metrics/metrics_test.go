@@ -32,9 +32,9 @@ func newMetrics(t *testing.T, cfg metrics.Config) (*metrics.Metrics, *prometheus
 // compares the exposition with the kubelet's names, labels and buckets.
 func TestOperationDuration(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Config{})
-	m.ObserveOperation("a.csi.test", volume.StepStage, volume.Filesystem, nil, 200*time.Millisecond)
-	m.ObserveOperation("a.csi.test", volume.StepStage, volume.Filesystem, nil, 20*time.Second)
-	m.ObserveOperation("b.csi.test", volume.StepPublish, volume.Filesystem, errors.New("boom"), 700*time.Second)
+	m.ObserveOperation("a.csi.test", volume.StepStage, volume.Filesystem, false, nil, 200*time.Millisecond)
+	m.ObserveOperation("a.csi.test", volume.StepStage, volume.Filesystem, false, nil, 20*time.Second)
+	m.ObserveOperation("b.csi.test", volume.StepPublish, volume.Filesystem, false, errors.New("boom"), 700*time.Second)
 
 	want := `
 # HELP storage_operation_duration_seconds [BETA] Storage operation duration
@@ -87,7 +87,7 @@ func TestBlockOperationNames(t *testing.T) {
 		volume.StepUnstage, volume.StepExpand}
 	for _, access := range []volume.AccessType{volume.Filesystem, volume.Block} {
 		for _, s := range steps {
-			m.ObserveOperation("a.csi.test", s, access, nil, time.Second)
+			m.ObserveOperation("a.csi.test", s, access, false, nil, time.Second)
 		}
 	}
 	var got []string
@@ -114,6 +114,42 @@ func TestBlockOperationNames(t *testing.T) {
 		"unmount_device=1", "verify_controller_attached_volume=2", "volume_mount=1", "volume_unmount=1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("operation_name counts %v, want %v", got, want)
+	}
+}
+
+// TestMigratedLabel: a step of an in-tree volume translated to CSI is
+// recorded with migrated="true" under its CSI driver's plugin name, as the
+// kubelet records volume.Spec.Migrated; other steps with "false".
+func TestMigratedLabel(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Config{})
+	m.ObserveOperation("ebs.csi.aws.com", volume.StepStage, volume.Filesystem, true, nil, time.Second)
+	m.ObserveOperation("ebs.csi.aws.com", volume.StepStage, volume.Filesystem, false, nil, time.Second)
+	m.ObserveOperation("ebs.csi.aws.com", volume.StepUnstage, volume.Filesystem, true, nil, time.Second)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() != "storage_operation_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got = append(got, fmt.Sprintf("%s %s migrated=%s", labels["volume_plugin"], labels["operation_name"], labels["migrated"]))
+		}
+	}
+	slices.Sort(got)
+	want := []string{
+		"kubernetes.io/csi:ebs.csi.aws.com mount_device migrated=false",
+		"kubernetes.io/csi:ebs.csi.aws.com mount_device migrated=true",
+		"kubernetes.io/csi:ebs.csi.aws.com unmount_device migrated=true",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("series %q, want %q", got, want)
 	}
 }
 

@@ -42,7 +42,7 @@ func (o *Operations) WaitForAttach(ctx context.Context, name volume.Name, src vo
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(src.Driver, volume.StepWaitForAttach, src.AccessType, start, err) }()
+	defer func() { o.observe(src.Driver, volume.StepWaitForAttach, src.AccessType, src.Migrated, start, err) }()
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", src.Driver)
 
 	if !o.policies.Get(src.Driver).AttachRequired {

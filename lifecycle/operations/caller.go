@@ -55,7 +55,7 @@ func (o *Operations) StageRequest(ctx context.Context, driver string, req *csi.N
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(driver, volume.StepStage, accessOf(req.GetVolumeCapability()), start, err) }()
+	defer func() { o.observe(driver, volume.StepStage, accessOf(req.GetVolumeCapability()), false, start, err) }()
 	s := o.beginStage(ctx, name, requestID(driver, req.GetVolumeId(), req.GetVolumeCapability()), true)
 
 	path, digest := req.GetStagingTargetPath(), requestDigest(req)
@@ -113,7 +113,7 @@ func (o *Operations) PublishRequest(ctx context.Context, driver string, pod type
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(driver, volume.StepPublish, accessOf(req.GetVolumeCapability()), start, err) }()
+	defer func() { o.observe(driver, volume.StepPublish, accessOf(req.GetVolumeCapability()), false, start, err) }()
 	s := o.beginPublish(ctx, key, requestID(driver, req.GetVolumeId(), req.GetVolumeCapability()), true)
 
 	target, digest := req.GetTargetPath(), requestDigest(req)
@@ -199,7 +199,7 @@ func (o *Operations) ExpandVolume(ctx context.Context, driver string, req *csi.N
 		return nil, err
 	}
 	start := time.Now()
-	defer func() { o.observe(driver, volume.StepExpand, accessOf(req.GetVolumeCapability()), start, err) }()
+	defer func() { o.observe(driver, volume.StepExpand, accessOf(req.GetVolumeCapability()), false, start, err) }()
 	client, err := o.driver(driver)
 	if err != nil {
 		return nil, err

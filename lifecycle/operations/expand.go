@@ -44,7 +44,7 @@ func (o *Operations) Expand(ctx context.Context, key volume.PodKey, src volume.S
 	}
 	defer unlock()
 	start := time.Now()
-	defer func() { o.observe(src.Driver, volume.StepExpand, src.AccessType, start, err) }()
+	defer func() { o.observe(src.Driver, volume.StepExpand, src.AccessType, src.Migrated, start, err) }()
 	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", src.Driver, "podUID", key.Pod)
 
 	p, ok := o.state.Pod(key)

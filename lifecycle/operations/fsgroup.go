@@ -173,7 +173,10 @@ func (o *Operations) changeOwnership(ctx context.Context, key volume.PodKey, id 
 		logger.V(3).Info("Volume root already has the fsGroup; ownership change skipped (OnRootMismatch)")
 		return nil
 	}
-	o.observe(driver, volume.StepApplyAccessControl, volume.Filesystem, start, err)
+	// The kubelet records volume_apply_access_control with migrated
+	// "false" whatever the volume (SetVolumeOwnership's CompleteFuncParam
+	// carries no Migrated).
+	o.observe(driver, volume.StepApplyAccessControl, volume.Filesystem, false, start, err)
 	if err != nil {
 		logger.V(2).Info("Changing the volume's group failed", "files", res.Files, "err", err)
 		return fmt.Errorf("changing the group of the volume's files to fsGroup %d: %w", gid, err)

@@ -120,7 +120,10 @@ type observation struct {
 	driver string
 	step   volume.Step
 	access volume.AccessType
-	err    error
+	// migrated is left out: the steps of these tests are never of a
+	// translated in-tree volume (lifecycle/metrics and test/e2e
+	// TestInTreeEBSVolume check the label).
+	err error
 }
 
 type fakeObserver struct {
@@ -128,7 +131,7 @@ type fakeObserver struct {
 	obs []observation
 }
 
-func (f *fakeObserver) ObserveOperation(driver string, step volume.Step, access volume.AccessType, err error, d time.Duration) {
+func (f *fakeObserver) ObserveOperation(driver string, step volume.Step, access volume.AccessType, _ bool, err error, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if d < 0 {

@@ -115,12 +115,13 @@ type Tokens interface {
 // Observer receives the duration and outcome of every step, e.g. to record
 // storage_operation_duration_seconds{volume_plugin="kubernetes.io/csi:<driver>",
 // operation_name=<the kubelet's name of the step for the access type>,
-// status="success"|"fail-unknown", migrated}.
+// status="success"|"fail-unknown", migrated="true"|"false"}.
 type Observer interface {
 	// ObserveOperation is called once per step that ran (after its locks
-	// were taken), with the volume's access type, its error (nil for
-	// success) and duration. It must not block.
-	ObserveOperation(driver string, step volume.Step, access volume.AccessType, err error, d time.Duration)
+	// were taken), with the volume's access type, whether it is an in-tree
+	// volume translated to CSI (volume.Source's Migrated), its error (nil
+	// for success) and duration. It must not block.
+	ObserveOperation(driver string, step volume.Step, access volume.AccessType, migrated bool, err error, d time.Duration)
 }
 
 // OwnershipObserver receives what the recursive fsGroup ownership changes

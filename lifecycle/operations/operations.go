@@ -198,9 +198,9 @@ func (o *Operations) driver(name string) (DriverClient, error) {
 }
 
 // observe reports a step to the Observer, if any.
-func (o *Operations) observe(driver string, step volume.Step, access volume.AccessType, start time.Time, err error) {
+func (o *Operations) observe(driver string, step volume.Step, access volume.AccessType, migrated bool, start time.Time, err error) {
 	if o.observer != nil {
-		o.observer.ObserveOperation(driver, step, access, err, time.Since(start))
+		o.observer.ObserveOperation(driver, step, access, migrated, err, time.Since(start))
 	}
 }
 

@@ -67,8 +67,9 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		return err
 	}
 	start := time.Now()
-	defer func() { o.observe(src.Driver, volume.StepPublish, src.AccessType, start, err) }()
+	defer func() { o.observe(src.Driver, volume.StepPublish, src.AccessType, src.Migrated, start, err) }()
 	s := o.beginPublish(ctx, key, src.ID, false)
+	s.migrated = src.Migrated
 	s.logger = s.logger.WithValues("pod", klog.KRef(pv.Pod.Namespace, pv.Pod.Name))
 
 	client, err := o.driver(src.Driver)
@@ -210,7 +211,7 @@ func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTar
 	}
 	v, _ := o.state.Volume(key.Volume)
 	start := time.Now()
-	defer func() { o.observe(v.Driver, volume.StepUnpublish, v.AccessType, start, err) }()
+	defer func() { o.observe(v.Driver, volume.StepUnpublish, v.AccessType, v.Migrated, start, err) }()
 	logger := klog.FromContext(ctx).WithValues("volume", key.Volume, "driver", v.Driver, "podUID", key.Pod)
 
 	fail := func(state volume.PublishState, err error) error {
@@ -295,6 +296,8 @@ type publishStep struct {
 	// external marks a step a container orchestrator asked for through the
 	// front endpoint.
 	external bool
+	// migrated marks an in-tree volume translated to CSI.
+	migrated bool
 	logger   klog.Logger
 }
 
@@ -320,7 +323,7 @@ func (s *publishStep) fail(err error) error {
 		return err
 	}
 	s.o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepPublish, State: s.prev.State,
-		TargetPath: s.target, External: s.external, Err: err})
+		TargetPath: s.target, External: s.external, Migrated: s.migrated, Err: err})
 	return err
 }
 
@@ -388,7 +391,7 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 		o.forgetPod(s.key)
 	} else {
 		o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: step, State: next, TargetPath: p.site.Target,
-			External: s.external, Presentation: presentation, Err: rpcErr})
+			External: s.external, Presentation: presentation, Migrated: s.migrated, Err: rpcErr})
 	}
 	if rpcErr != nil {
 		s.logger.V(2).Info("Publish failed", "step", step, "state", next, "err", rpcErr)

@@ -55,8 +55,9 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 		return err
 	}
 	start := time.Now()
-	defer func() { o.observe(src.Driver, volume.StepStage, src.AccessType, start, err) }()
+	defer func() { o.observe(src.Driver, volume.StepStage, src.AccessType, src.Migrated, start, err) }()
 	s := o.beginStage(ctx, name, src.ID, false)
+	s.migrated = src.Migrated
 
 	if s.known && s.prev.External {
 		return s.fail(fmt.Errorf("%w: %s is staged at %s by a container orchestrator through the front endpoint",
@@ -152,7 +153,7 @@ func (o *Operations) unstage(ctx context.Context, name volume.Name, callerPath s
 		return err
 	}
 	start := time.Now()
-	defer func() { o.observe(v.Driver, volume.StepUnstage, v.AccessType, start, err) }()
+	defer func() { o.observe(v.Driver, volume.StepUnstage, v.AccessType, v.Migrated, start, err) }()
 	logger := klog.FromContext(ctx).WithValues("volume", name, "driver", v.Driver)
 
 	fail := func(state volume.StageState, err error) error {
@@ -244,6 +245,8 @@ type stageStep struct {
 	// external marks a step a container orchestrator asked for through the
 	// front endpoint.
 	external bool
+	// migrated marks an in-tree volume translated to CSI.
+	migrated bool
 	logger   klog.Logger
 }
 
@@ -268,7 +271,7 @@ func (s *stageStep) fail(err error) error {
 		return err
 	}
 	s.o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: s.prev.Stage,
-		StagingPath: s.prev.StagingPath, External: s.prev.External, Err: err})
+		StagingPath: s.prev.StagingPath, External: s.prev.External, Migrated: s.migrated, Err: err})
 	return err
 }
 
@@ -303,7 +306,7 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 	}
 	if p.req == nil {
 		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: p.site.Path,
-			External: s.external, SELinuxContext: p.record.SELinuxMountContext})
+			External: s.external, SELinuxContext: p.record.SELinuxMountContext, Migrated: s.migrated})
 		s.logger.V(2).Info("Driver has no stage step, volume counts as staged")
 		return nil
 	}
@@ -321,7 +324,7 @@ func (s *stageStep) run(ctx context.Context, p stagePlan) error {
 		o.forgetVolume(s.name)
 	} else {
 		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepStage, State: next, StagingPath: p.site.Path,
-			External: s.external, SELinuxContext: p.record.SELinuxMountContext, Err: rpcErr})
+			External: s.external, SELinuxContext: p.record.SELinuxMountContext, Migrated: s.migrated, Err: rpcErr})
 	}
 	if rpcErr != nil {
 		s.logger.V(2).Info("NodeStageVolume failed", "state", next, "err", rpcErr)

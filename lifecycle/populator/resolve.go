@@ -231,7 +231,8 @@ func (r *resolver) persistent(c *claimVolume) {
 		r.unreadable(c.spec, fmt.Sprintf("PV %q of PVC %q", pvName, claimKey), err)
 		return
 	}
-	if pv, err = r.translateInTree(pv); err != nil {
+	pv, migrated, err := r.translateInTree(pv)
+	if err != nil {
 		r.fail(c.spec, err)
 		return
 	}
@@ -242,14 +243,14 @@ func (r *resolver) persistent(c *claimVolume) {
 		r.fail(c.spec, invalid("PV %q is bound to another claim (claimRef UID %q, PVC %q has UID %q)",
 			pvName, pv.Spec.ClaimRef.UID, claimKey, c.pvc.UID))
 	default:
-		r.csiPV(c.spec, pv, c.readOnly, fmt.Sprintf("PV %q", pvName))
+		r.csiPV(c.spec, pv, c.readOnly, migrated, fmt.Sprintf("PV %q", pvName))
 	}
 }
 
 // csiPV resolves the CSI source of a PersistentVolume: a claim's PV, or
-// the PV an in-tree inline volume translates to. what names it in
-// messages.
-func (r *resolver) csiPV(spec string, pv *corev1.PersistentVolume, readOnly bool, what string) {
+// the PV an in-tree inline volume translates to (migrated). what names it
+// in messages.
+func (r *resolver) csiPV(spec string, pv *corev1.PersistentVolume, readOnly, migrated bool, what string) {
 	csi := pv.Spec.CSI
 	affinityErr := r.nodeAffinity(pv)
 	accessType := volume.Filesystem
@@ -282,6 +283,7 @@ func (r *resolver) csiPV(spec string, pv *corev1.PersistentVolume, readOnly bool
 		}
 		src := volume.Source{
 			ID:             volume.ID{Driver: csi.Driver, Handle: csi.VolumeHandle, PVName: pv.Name, AccessType: accessType},
+			Migrated:       migrated,
 			AccessModes:    slices.Clone(pv.Spec.AccessModes),
 			FSType:         csi.FSType,
 			MountOptions:   slices.Clone(pv.Spec.MountOptions),

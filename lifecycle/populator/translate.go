@@ -22,19 +22,19 @@ var translator = csitranslation.New()
 // translated node affinity. The volume's name, the VolumeAttachment the
 // attach/detach controller creates for it and the node's volumesInUse are
 // then the CSI ones, as for the kubelet. Other PVs are returned as they
-// are; pv is never modified.
-func (r *resolver) translateInTree(pv *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
+// are; pv is never modified. migrated says whether pv was translated.
+func (r *resolver) translateInTree(pv *corev1.PersistentVolume) (out *corev1.PersistentVolume, migrated bool, err error) {
 	if pv.Spec.CSI != nil || !translator.IsPVMigratable(pv) {
-		return pv, nil
+		return pv, false, nil
 	}
 	plugin, _ := translator.GetInTreePluginNameFromSpec(pv, nil)
-	out, err := translator.TranslateInTreePVToCSI(r.logger, pv)
+	out, err = translator.TranslateInTreePVToCSI(r.logger, pv)
 	if err != nil {
-		return nil, invalid("PV %q: translating its in-tree %s volume to CSI: %v", pv.Name, plugin, err)
+		return nil, false, invalid("PV %q: translating its in-tree %s volume to CSI: %v", pv.Name, plugin, err)
 	}
 	r.logger.V(4).Info("Translated an in-tree PV to CSI", "pv", pv.Name, "plugin", plugin,
 		"driver", out.Spec.CSI.Driver, "volumeHandle", out.Spec.CSI.VolumeHandle)
-	return out, nil
+	return out, true, nil
 }
 
 // inTreeInline resolves a volume of the pod's spec of one of those in-tree
@@ -69,5 +69,5 @@ func (r *resolver) inTreeInline(v *corev1.Volume) {
 		r.logger.V(4).Info("Translated an in-tree inline volume to CSI", "specName", v.Name, "plugin", plugin,
 			"driver", csi.Driver, "volumeHandle", csi.VolumeHandle)
 	}
-	r.csiPV(v.Name, pv, readOnly, fmt.Sprintf("in-tree %s volume %q", plugin, v.Name))
+	r.csiPV(v.Name, pv, readOnly, true, fmt.Sprintf("in-tree %s volume %q", plugin, v.Name))
 }

@@ -41,6 +41,7 @@ func TestInTreePVsAreTranslated(t *testing.T) {
 	}
 	want := volume.Source{
 		ID:            volume.ID{Driver: "ebs.csi.aws.com", Handle: "vol-0123456789abcdef0", PVName: "pv-ebs", AccessType: volume.Filesystem},
+		Migrated:      true,
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		FSType:        "xfs",
 		Attributes:    map[string]string{"partition": "1"},
@@ -88,20 +89,20 @@ var inTreeInlineVolumes = []struct {
 }{{
 	volume: corev1.Volume{Name: "ebs", VolumeSource: corev1.VolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{
 		VolumeID: "aws://us-east-1a/vol-0123456789abcdef0", FSType: "xfs"}}},
-	want: volume.Source{ID: volume.ID{Driver: "ebs.csi.aws.com", Handle: "vol-0123456789abcdef0",
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "ebs.csi.aws.com", Handle: "vol-0123456789abcdef0",
 		PVName: "ebs.csi.aws.com-vol-0123456789abcdef0"}, FSType: "xfs", Attributes: map[string]string{"partition": "0"},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}},
 }, {
 	volume: corev1.Volume{Name: "gce", VolumeSource: corev1.VolumeSource{GCEPersistentDisk: &corev1.GCEPersistentDiskVolumeSource{
 		PDName: "disk-1", FSType: "ext4", ReadOnly: true}}},
-	want: volume.Source{ID: volume.ID{Driver: "pd.csi.storage.gke.io", Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1",
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "pd.csi.storage.gke.io", Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1",
 		PVName: "pd.csi.storage.gke.io-disk-1"}, FSType: "ext4", Attributes: map[string]string{"partition": ""},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}},
 	readOnly: true,
 }, {
 	volume: corev1.Volume{Name: "azuredisk", VolumeSource: corev1.VolumeSource{AzureDisk: &corev1.AzureDiskVolumeSource{
 		DiskName: "d1", Kind: ptr.To(corev1.AzureManagedDisk), DataDiskURI: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1"}}},
-	want: volume.Source{ID: volume.ID{Driver: "disk.csi.azure.com", Handle: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1",
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "disk.csi.azure.com", Handle: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1",
 		PVName: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1"}, Attributes: map[string]string{"kind": "Managed"},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}},
 	// The translation names the volume after its diskURI, which is
@@ -112,7 +113,7 @@ var inTreeInlineVolumes = []struct {
 }, {
 	volume: corev1.Volume{Name: "azurefile", VolumeSource: corev1.VolumeSource{AzureFile: &corev1.AzureFileVolumeSource{
 		SecretName: "azure-secret", ShareName: "share-1"}}},
-	want: volume.Source{ID: volume.ID{Driver: "file.csi.azure.com", Handle: "#azure-secret#share-1#azurefile#" + ns,
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "file.csi.azure.com", Handle: "#azure-secret#share-1#azurefile#" + ns,
 		PVName: "#azure-secret#share-1#azurefile#" + ns}, Attributes: map[string]string{"sharename": "share-1"},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		// The pod's namespace, as the in-tree plugin read it from.
@@ -120,18 +121,18 @@ var inTreeInlineVolumes = []struct {
 }, {
 	volume: corev1.Volume{Name: "cinder", VolumeSource: corev1.VolumeSource{Cinder: &corev1.CinderVolumeSource{
 		VolumeID: "c-1", FSType: "ext4"}}},
-	want: volume.Source{ID: volume.ID{Driver: "cinder.csi.openstack.org", Handle: "c-1", PVName: "cinder.csi.openstack.org-c-1"},
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "cinder.csi.openstack.org", Handle: "c-1", PVName: "cinder.csi.openstack.org-c-1"},
 		FSType: "ext4", Attributes: map[string]string{}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}},
 }, {
 	volume: corev1.Volume{Name: "vsphere", VolumeSource: corev1.VolumeSource{VsphereVolume: &corev1.VsphereVirtualDiskVolumeSource{
 		VolumePath: "[ds1] volumes/v1.vmdk", FSType: "ext4"}}},
-	want: volume.Source{ID: volume.ID{Driver: "csi.vsphere.vmware.com", Handle: "[ds1] volumes/v1.vmdk",
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "csi.vsphere.vmware.com", Handle: "[ds1] volumes/v1.vmdk",
 		PVName: "csi.vsphere.vmware.com-[ds1] volumes/v1.vmdk"}, FSType: "ext4", Attributes: map[string]string{},
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}},
 }, {
 	volume: corev1.Volume{Name: "portworx", VolumeSource: corev1.VolumeSource{PortworxVolume: &corev1.PortworxVolumeSource{
 		VolumeID: "px-1", FSType: "ext4"}}},
-	want: volume.Source{ID: volume.ID{Driver: "pxd.portworx.com", Handle: "px-1", PVName: "pxd.portworx.com-px-1"},
+	want: volume.Source{Migrated: true, ID: volume.ID{Driver: "pxd.portworx.com", Handle: "px-1", PVName: "pxd.portworx.com-px-1"},
 		FSType: "ext4", Attributes: map[string]string{}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}},
 }}
 

@@ -54,6 +54,11 @@ type Source struct {
 	ID
 	// Inline marks a CSI inline (ephemeral) volume.
 	Inline bool
+	// Migrated marks an in-tree volume (a PV's or a pod's inline
+	// awsElasticBlockStore, gcePersistentDisk, …) translated to its CSI
+	// driver: the kubelet's volume.Spec.Migrated, the migrated label of
+	// storage_operation_duration_seconds.
+	Migrated bool
 	// AccessModes are the PV's access modes; the kubelet uses only the first.
 	AccessModes []corev1.PersistentVolumeAccessMode
 	// FSType is the PV's (or inline volume's) fsType.

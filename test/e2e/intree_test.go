@@ -70,4 +70,13 @@ func TestInTreeEBSVolume(t *testing.T) {
 
 	deletePod(t, f, pod)
 	waitCalls(t, p, vol.ID, "unstage", hasOK(nodeUnstage, 1))
+
+	// Every step of the translated volume is recorded as the kubelet
+	// records a migrated volume's: its CSI driver's plugin, migrated="true".
+	for _, op := range []string{"verify_controller_attached_volume", "mount_device", "volume_mount", "volume_unmount", "unmount_device"} {
+		labels := map[string]string{"volume_plugin": "kubernetes.io/csi:" + ebsDriver, "operation_name": op, "status": "success", "migrated": "true"}
+		if m := a.metric(t, "storage_operation_duration_seconds", labels); m.GetHistogram().GetSampleCount() == 0 {
+			t.Errorf("storage_operation_duration_seconds%v has no sample", labels)
+		}
+	}
 }

@@ -107,7 +107,7 @@ func csiVolmgrFamilies(t *testing.T) map[string]family {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveOperation("d", volume.StepStage, volume.Filesystem, nil, time.Second)
+	m.ObserveOperation("d", volume.StepStage, volume.Filesystem, false, nil, time.Second)
 	n := int64(1)
 	claim := types.NamespacedName{Namespace: "ns", Name: "pvc"}
 	usage := &stats.Usage{CapacityBytes: &n, AvailableBytes: &n, UsedBytes: &n, Inodes: &n, InodesFree: &n, InodesUsed: &n}
