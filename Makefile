@@ -160,7 +160,12 @@ run: ## Demo (as root): the CSI test plugin and the agent in standalone mode on 
 # commit's date as every timestamp). deploy/kind/image/README.md says more.
 
 IMAGE_REGISTRY   ?= ghcr.io/csi-volmgr
-IMAGE_TAG        ?= $(VERSION)
+# The release deploy/ names (deploy/base's one images: entry, the chart's
+# appVersion): what `make images` tags by default, so that a clone's
+# `kubectl apply -k deploy/base` and `helm install` run what it built. The
+# binaries inside say which commit they are (`csi-volmgr version`).
+DEPLOY_TAG       := $(shell sed -n 's/^ *newTag: *//p' deploy/base/kustomization.yaml)
+IMAGE_TAG        ?= $(DEPLOY_TAG)
 IMAGE_PLATFORMS  ?= linux/amd64 linux/arm64
 # The platform `make images-load` puts into Docker.
 HOST_PLATFORM    ?= linux/$(shell $(GO) env GOARCH)
@@ -183,7 +188,7 @@ imagebuild:
 	$(GO) build -o $(IMAGEBUILD) ./hack/imagebuild
 
 .PHONY: images
-images: imagebuild ## Build the images of the agent, the CSI test plugin and the example runtime for IMAGE_PLATFORMS (linux/amd64 linux/arm64) into OCI layouts bin/images/<name>, tagged IMAGE_TAG (the version); no Docker.
+images: imagebuild ## Build the images of the agent, the CSI test plugin and the example runtime for IMAGE_PLATFORMS (linux/amd64 linux/arm64) into OCI layouts bin/images/<name>, tagged IMAGE_TAG (default: the release deploy/ names); no Docker.
 	@for p in $(IMAGE_PLATFORMS); do \
 	  out=$(CROSS)/$${p/\//_}; mkdir -p $$out; echo "go build $$p -> $$out"; \
 	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -buildvcs=false \
@@ -195,17 +200,17 @@ images: imagebuild ## Build the images of the agent, the CSI test plugin and the
 	@$(IMAGE_BUILD) -o $(IMAGES)/csi-volmgr-testplugin -ref $(TESTPLUGIN_IMAGE) -user 0:0 -entrypoint /csi-testplugin /csi-testplugin
 	@$(IMAGE_BUILD) -o $(IMAGES)/csi-volmgr-example-runtime -ref $(RUNTIME_IMAGE) -user 0:0 \
 	  -entrypoint /csi-volmgr-example-runtime /csi-volmgr-example-runtime /csi-volmgr
-	@base=$$($(IMAGEBUILD) image-tag -kustomization deploy/base/kustomization.yaml -image csi-volmgr); \
-	  if [ "$$base" != "$(IMAGE_TAG)" ]; then \
-	    echo "note: deploy/base names csi-volmgr:$$base; \`make deploy-image-tag\` sets it to $(IMAGE_TAG)"; fi
+	@if [ "$(DEPLOY_TAG)" != "$(IMAGE_TAG)" ]; then \
+	  echo "note: deploy/ names csi-volmgr:$(DEPLOY_TAG); \`make deploy-image-tag IMAGE_TAG=$(IMAGE_TAG)\` names this build"; fi
 
 .PHONY: images-load
 images-load: images docker ## Put the HOST_PLATFORM image of each into Docker under its name (docker load), for kind.
 	$(IMAGEBUILD) docker-tar -platform $(HOST_PLATFORM) $(IMAGE_LAYOUTS) | docker load
 
 .PHONY: deploy-image-tag
-deploy-image-tag: imagebuild ## Set the agent's tag in deploy/base's one kustomize images: entry to IMAGE_TAG (a release: IMAGE_TAG=vX.Y.Z, then commit and tag).
+deploy-image-tag: imagebuild ## Set the agent's tag in deploy/base's one kustomize images: entry and the Helm chart's appVersion to IMAGE_TAG (a release: IMAGE_TAG=vX.Y.Z, then commit and tag).
 	$(IMAGEBUILD) image-tag -kustomization deploy/base/kustomization.yaml -image csi-volmgr -set '$(IMAGE_TAG)'
+	sed -i 's/^appVersion: .*/appVersion: $(IMAGE_TAG)/' deploy/helm/csi-volmgr/Chart.yaml
 
 ##@ kind (need root; not part of `make test`)
 #
@@ -278,6 +283,12 @@ chaos: k8s-bins ## Chaos run (root): the agent (-race), a real API server, the t
 	$(GO) build -o $(BIN)/chaos ./test/chaos/cmd/chaos
 	CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr-race GORACE=halt_on_error=1 $(BIN)/chaos -seed=$(SEED) -duration=$(DURATION) \
 	  -ops=$(OPS) -kills=$(KILLS) -logs=$(CHAOS_LOGS) -report=$(BIN)/chaos-report.md
+
+# The tag `make images` gives the images (deploy/images_test.go checks it is
+# the one deploy/ names).
+.PHONY: print-image-tag
+print-image-tag:
+	@echo '$(IMAGE_TAG)'
 
 # The -ldflags every build of the agent uses (cmd/csi-volmgr's version test
 # builds with them).

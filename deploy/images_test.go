@@ -84,6 +84,23 @@ func TestImagesBaseEntry(t *testing.T) {
 	if err := checkReleaseTag(entry.NewTag, headReleaseTag(t)); err != nil {
 		t.Error(err)
 	}
+
+	// What `make images` tags by default is what deploy/ names, so that a
+	// clone's `kubectl apply -k deploy/base` runs the image it built.
+	cmd := exec.CommandContext(t.Context(), "make", "-s", "--no-print-directory", "print-image-tag")
+	cmd.Dir = repoRoot(t)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "IMAGE_TAG=") { // the default, not a caller's override
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make print-image-tag: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != entry.NewTag {
+		t.Errorf("make images tags %q by default, deploy/base names %q", got, entry.NewTag)
+	}
 }
 
 // headReleaseTag returns the release tag (vX.Y.Z) of the checked-out
