@@ -72,7 +72,7 @@ func run() error {
 		return fmt.Errorf("reading %s: %w", kubeconfig, err)
 	}
 	base.UserAgent = userAgent
-	q := int32(*qps) //nolint:gosec // a flag's small number
+	q := int32(*qps)                                   //nolint:gosec // a flag's small number
 	kc.KubeAPIQPS, kc.KubeAPIBurst = &q, int32(*burst) //nolint:gosec // a flag's small number
 	clientCfg, heartbeatCfg, eventCfg := kubeletvm.ClientConfigs(base, &kc)
 	var clients [3]kubernetes.Interface
