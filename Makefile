@@ -102,7 +102,7 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 # (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
 .PHONY: test-kubelet
 test-kubelet: ## Against the kubelet's own code (module test/kubelet): every package vetted and compiled (the bench harness included, not run), the fsGroup ownership change file by file, the volume metrics' names, types, help and labels.
-	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/
+	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/ ./cmd/benchrender/
 
 # deploy/helm is the separate module that tests the Helm chart through Helm's
 # Go SDK; the root module never imports Helm. No separate go vet: it would
