@@ -6,8 +6,9 @@
 //
 // The table replaces what stands between the lines
 // "<!-- benchrender:begin -->" and "<!-- benchrender:end -->" of each -md
-// file (the source file named above it); each chart of
-// benchresults.Charts with data goes to <svg dir>/<name>.svg.
+// file ("<!-- benchrender:NAME:begin -->" … with -name NAME), the results
+// file named above it (-source, default -in); each chart of
+// benchresults.Charts with data goes to <svg dir>/<chart>.svg.
 package main
 
 import (
@@ -21,11 +22,13 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/kubelet/benchresults"
 )
 
-// The markers around the rendered part of a Markdown file.
-const (
-	beginMarker = "<!-- benchrender:begin -->"
-	endMarker   = "<!-- benchrender:end -->"
-)
+// markers are the lines around the rendered part of a Markdown file.
+func markers(name string) (begin, end string) {
+	if name != "" {
+		name += ":"
+	}
+	return "<!-- benchrender:" + name + "begin -->", "<!-- benchrender:" + name + "end -->"
+}
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -43,6 +46,8 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("benchrender", flag.ContinueOnError)
 	in := fs.String("in", "", "results file (results.json of make bench-kubelet, committed as docs/bench/<date>-<commit>.json)")
 	svgDir := fs.String("svg", "", "directory of the charts; empty: none")
+	source := fs.String("source", "", "the results file as the rendered text names it (default: -in)")
+	name := fs.String("name", "", "the markers' name: <!-- benchrender:NAME:begin --> (default: <!-- benchrender:begin -->)")
 	var md mdFiles
 	fs.Var(&md, "md", "Markdown file whose marked part gets the table (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -55,12 +60,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *source == "" {
+		*source = *in
+	}
 	for _, path := range md {
-		if err := renderInto(path, *in, f); err != nil {
+		if err := renderInto(path, *source, *name, f); err != nil {
 			return err
 		}
 	}
 	if *svgDir != "" {
+		if err := os.MkdirAll(*svgDir, 0o755); err != nil {
+			return err
+		}
 		for _, c := range benchresults.Charts {
 			svg, ok := f.SVG(c)
 			if !ok {
@@ -76,7 +87,8 @@ func run(args []string) error {
 
 // renderInto replaces the marked part of the Markdown file at path with
 // the table of f (read from source).
-func renderInto(path, source string, f *benchresults.File) error {
+func renderInto(path, source, name string, f *benchresults.File) error {
+	beginMarker, endMarker := markers(name)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 func TestRender(t *testing.T) {
 	dir := t.TempDir()
 	md := filepath.Join(dir, "perf.md")
+	beginMarker, endMarker := markers("")
 	if err := os.WriteFile(md, []byte("# Before\n\n"+beginMarker+"\nold table\n"+endMarker+"\n\nAfter.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
