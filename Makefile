@@ -249,6 +249,9 @@ kind-down: ## Delete the kind cluster; stop dockerd if `make docker` started it.
 ##@ Kubelet baseline (issues 17 and 24; separate module test/kubelet, not part of `make test`)
 
 KUBELET_BENCH_FLAGS ?= -timeout=180m
+# Which tests and benchmarks bench-kubelet-run runs (go test -run, -bench).
+KUBELET_BENCH_TESTS ?= .
+KUBELET_BENCH_BENCHES ?= .
 KUBELET_BENCH_RESULTS ?= $(CURDIR)/bench-results
 KUBELET_STRESS_RESULTS ?= $(CURDIR)/bench-results-stress
 # The committed results file of a run and what is rendered from it: the
@@ -271,7 +274,7 @@ kubelet-bench-bins: k8s-bins
 # 20,000 bind mounts stay out of the host's mount table, and go with the
 # namespace if the run is killed.
 .PHONY: bench-kubelet
-bench-kubelet: bench-kubelet-run bench-kubelet-save ## csi-volmgr beside the real kubelet's volume manager (issue 24): both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 20 min, `make bench-kubelet-plan`); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
+bench-kubelet: bench-kubelet-run bench-kubelet-save ## csi-volmgr beside the real kubelet's volume manager (issue 24): both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 10 min by the estimate of `make bench-kubelet-plan`, on an otherwise idle machine); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
 
 .PHONY: bench-kubelet-plan
 bench-kubelet-plan: ## Print what make bench-kubelet runs and how long it should take on this machine, without running it.
@@ -282,7 +285,7 @@ bench-kubelet-run: kubelet-bench-bins ## Only the measurement of make bench-kube
 	rm -rf $(KUBELET_BENCH_RESULTS)
 	cd test/kubelet && $(KUBELET_BENCH_ENV) KUBELET_BENCH_RESULTS=$(KUBELET_BENCH_RESULTS) \
 	  unshare -m --propagation private -- \
-	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run=. -bench=. -benchtime=1x ./bench/ 2>&1 | tee $(KUBELET_BENCH_RESULTS).log
+	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run='$(KUBELET_BENCH_TESTS)' -bench='$(KUBELET_BENCH_BENCHES)' -benchtime=1x ./bench/ 2>&1 | tee $(KUBELET_BENCH_RESULTS).log
 
 .PHONY: bench-kubelet-save
 bench-kubelet-save: ## Copy KUBELET_BENCH_RESULTS/results.json to BENCH_JSON (docs/bench/<day>-<commit>.json) and render docs/performance.md's table and docs/bench/*.svg from it.
