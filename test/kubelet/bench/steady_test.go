@@ -38,10 +38,10 @@ const (
 	// and then the PV of each PVC volume (pkg/kubelet/volumemanager/
 	// populator, getPVCExtractPV and getPVSpec): two GETs per pod here.
 	kubeletGetsPerSync = 2
-	// volmgrWatchTimeoutMin is csi-volmgr's by-name watches' minimum
+	// volmgrMinWatchTimeout is csi-volmgr's by-name watches' minimum
 	// timeout (lifecycle/source/byname.go minWatchTimeout, 30 min); the
 	// reflector opens each watch again after U[1, 2] × it.
-	volmgrWatchTimeoutMin = 30 * time.Minute
+	volmgrMinWatchTimeout = 30 * time.Minute
 	// volmgrWatchesPerPod: a by-name watch of the PVC and of the PV.
 	volmgrWatchesPerPod = 2
 	// volmgrSettledResync is colVolmgrResync's --settled-object-resync:
@@ -61,8 +61,8 @@ func analyticPerPodMin(col *column) (float64, string) {
 	case strings.Contains(strings.Join(col.args, " "), "--settled-object-resync="):
 		return 2 / volmgrSettledResync.Minutes(), fmt.Sprintf("2 GETs ÷ %v (settled re-read, ±50 %%)", volmgrSettledResync)
 	}
-	mean := volmgrWatchTimeoutMin.Minutes() * 1.5
-	return volmgrWatchesPerPod / mean, fmt.Sprintf("%d watches re-opened every %v × U[1,2]", volmgrWatchesPerPod, volmgrWatchTimeoutMin)
+	mean := volmgrMinWatchTimeout.Minutes() * 1.5
+	return volmgrWatchesPerPod / mean, fmt.Sprintf("%d watches re-opened every %v × U[1,2]", volmgrWatchesPerPod, volmgrMinWatchTimeout)
 }
 
 // steadySlot is one agent of the steady-state window: a column at a
