@@ -274,7 +274,8 @@ kubelet-bench-bins: k8s-bins
 # 20,000 bind mounts stay out of the host's mount table, and go with the
 # namespace if the run is killed.
 .PHONY: bench-kubelet
-bench-kubelet: bench-kubelet-run bench-kubelet-save ## csi-volmgr beside the real kubelet's volume manager (issue 24): both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 10 min by the estimate of `make bench-kubelet-plan`, on an otherwise idle machine); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
+bench-kubelet: bench-kubelet-run ## csi-volmgr beside the real kubelet's volume manager (issue 24): both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 10 min by the estimate of `make bench-kubelet-plan`, on an otherwise idle machine); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
+	$(MAKE) bench-kubelet-save
 
 .PHONY: bench-kubelet-plan
 bench-kubelet-plan: ## Print what make bench-kubelet runs and how long it should take on this machine, without running it.
@@ -299,7 +300,7 @@ bench-render: ## Render docs/performance.md's table and docs/bench/*.svg from th
 	  -md $(CURDIR)/docs/performance.md -svg $(CURDIR)/$(BENCH_DOCS)
 
 .PHONY: bench-kubelet-stress
-bench-kubelet-stress: kubelet-bench-bins ## The stress rows, run once: bursts of 3,000, 5,000 and 10,000 pods, restart with 5,000 volumes (about 1 h); results into docs/bench/<day>-<commit>-stress.json and the stress table of docs/performance.md.
+bench-kubelet-stress: kubelet-bench-bins ## The stress rows, run once: bursts of 3,000, 5,000 and 10,000 pods, restart with 5,000 volumes, every column (about 1 h 15 min: the kubelet alone takes about 40 min); results into docs/bench/<day>-<commit>-stress.json and the stress table of docs/performance.md.
 	rm -rf $(KUBELET_STRESS_RESULTS)
 	cd test/kubelet && $(KUBELET_BENCH_ENV) KUBELET_BENCH_RESULTS=$(KUBELET_STRESS_RESULTS) \
 	  KUBELET_BENCH_RUNS=1 KUBELET_BENCH_BURST=0,3000,5000,10000 KUBELET_BENCH_RESTART_AT=5000 \

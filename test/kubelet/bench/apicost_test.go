@@ -35,6 +35,7 @@ const (
 func BenchmarkAPICost(b *testing.B) {
 	idle := idleWindow(b)
 	foreign := intList(b, EnvForeign, []int{20000})[0]
+	book.setting("API cost foreign objects", foreign)
 	w := newWorld(b.Context(), b, worldOptions{driver: "apicost.kubelet-bench.csi-volmgr.io", volumes: apiPods})
 	proxy := startProxy(b, w.fx.Config)
 	w.agentKubeconfig = proxy.kubeconfig(b)

@@ -136,6 +136,8 @@ func attachLags(b testing.TB) []time.Duration {
 //	make bench-kubelet   (or: go test -run='^$' -bench=AttachToStage -benchtime=1x ./bench/)
 func BenchmarkAttachToStage(b *testing.B) {
 	attachPods := intList(b, EnvAttachPods, []int{5})[0]
+	book.setting("attach lags", attachLags(b))
+	book.setting("attach pods per lag", attachPods)
 	w := newWorld(b.Context(), b, worldOptions{driver: "attachstage.kubelet-bench.csi-volmgr.io", volumes: attachPods, attachRequired: true})
 	for _, attachLag := range attachLags(b) {
 		b.Run(fmt.Sprintf("lag=%v", attachLag), func(b *testing.B) {

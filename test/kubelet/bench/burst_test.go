@@ -82,6 +82,9 @@ func BenchmarkBurst(b *testing.B) {
 	teardownCutoff := durationEnv(b, EnvTeardownCutoff, 5*time.Minute)
 	idle := durationEnv(b, EnvBurstIdle, 10*time.Second)
 	restartAt := intList(b, EnvRestartAt, []int{5000})[0]
+	book.setting("burst pods", counts)
+	book.setting("burst idle before memory", idle)
+	book.setting("restart at", restartAt)
 	w := newWorld(b.Context(), b, worldOptions{driver: "burst.kubelet-bench.csi-volmgr.io", volumes: max(slices.Max(counts), 1)})
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {

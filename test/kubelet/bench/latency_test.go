@@ -72,6 +72,8 @@ const (
 func BenchmarkKubeletBaseline(b *testing.B) {
 	counts := podCounts(b)
 	idle := idleWindow(b)
+	book.setting("serial pods", counts)
+	book.setting("serial idle before memory", idle)
 	w := newWorld(b.Context(), b, worldOptions{driver: "baseline.kubelet-bench.csi-volmgr.io", volumes: slices.Max(counts)})
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {

@@ -89,6 +89,16 @@ func (r *resultsBook) addColumnLocked(col *column) {
 	sort.SliceStable(r.f.Columns, func(i, j int) bool { return rank[r.f.Columns[i].ID] < rank[r.f.Columns[j].ID] })
 }
 
+// setting records a knob's effective value (with its default applied).
+func (r *resultsBook) setting(name string, value any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f.Settings == nil {
+		r.f.Settings = map[string]string{}
+	}
+	r.f.Settings[name] = fmt.Sprint(value)
+}
+
 // note adds a line under the table (floors, extrapolations).
 func (r *resultsBook) note(format string, args ...any) {
 	r.mu.Lock()

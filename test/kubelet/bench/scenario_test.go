@@ -52,6 +52,7 @@ func sideBySide(ctx context.Context, b *testing.B, w *world, sc scenario) {
 	if cols == nil {
 		cols = mainColumns(b)
 	}
+	book.setting("runs per row", benchRuns(b))
 	for r := range benchRuns(b) {
 		for pos, col := range runOrder(cols, r) {
 			a := startAgent(ctx, b, w, col, r)

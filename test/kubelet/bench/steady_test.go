@@ -106,6 +106,8 @@ func BenchmarkSteadyState(b *testing.B) {
 	if selected(volmgr) {
 		cols = append(cols, colVolmgrResync)
 	}
+	book.setting("steady-state window", window)
+	book.setting("steady-state volumes", counts)
 	for _, col := range cols {
 		v, formula := analyticPerPodMin(col)
 		book.note("steady state, analytic API requests per pod per minute of %s: %s = %.3f", col.id, formula, v)
