@@ -67,6 +67,10 @@ func (f *File) Markdown() string {
 		}
 		sb.WriteString("\n")
 	}
+	sb.WriteString("\nThe aims of issue 24, from this file:\n\n")
+	for _, a := range f.Aims() {
+		fmt.Fprintf(&sb, "- %s: %s.\n", a.Text, a.Result)
+	}
 	if len(f.Notes) > 0 {
 		sb.WriteString("\nNotes of the run:\n\n")
 		for _, n := range f.Notes {
