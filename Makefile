@@ -101,8 +101,8 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 # test/kubelet is the separate module that runs the kubelet's own code
 # (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
 .PHONY: test-kubelet
-test-kubelet: ## Against the kubelet's own code (module test/kubelet): the fsGroup ownership change file by file, and the volume metrics' names, types, help and labels.
-	cd test/kubelet && $(GO) vet ./fsgroup/ ./metrics/ && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/
+test-kubelet: ## Against the kubelet's own code (module test/kubelet): every package vetted and compiled (the bench harness included, not run), the fsGroup ownership change file by file, the volume metrics' names, types, help and labels.
+	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/ ./cmd/benchrender/
 
 # deploy/helm is the separate module that tests the Helm chart through Helm's
 # Go SDK; the root module never imports Helm. No separate go vet: it would
@@ -251,23 +251,70 @@ kind-down: ## Delete the kind cluster; stop dockerd if `make docker` started it.
 	if docker info >/dev/null 2>&1; then $(KIND_ENV) deploy/kind/down.sh; fi
 	deploy/kind/dockerd.sh stop
 
-##@ Kubelet baseline (issue 17; separate module test/kubelet, not part of `make test`)
+##@ Kubelet baseline (issues 17 and 24; separate module test/kubelet, not part of `make test`)
 
 KUBELET_BENCH_FLAGS ?= -timeout=180m
+# Which tests and benchmarks bench-kubelet-run runs (go test -run, -bench).
+KUBELET_BENCH_TESTS ?= .
+KUBELET_BENCH_BENCHES ?= .
 KUBELET_BENCH_RESULTS ?= $(CURDIR)/bench-results
+KUBELET_STRESS_RESULTS ?= $(CURDIR)/bench-results-stress
+# The committed results file of a run and what is rendered from it: the
+# table of docs/performance.md between its benchrender markers and the
+# charts in docs/bench/. Named by the day and the commit measured.
+BENCH_DOCS   := docs/bench
+BENCH_STAMP  := $(shell TZ=UTC date +%Y-%m-%d)-$(shell git rev-parse --short=12 HEAD 2>/dev/null)
+BENCH_JSON   ?= $(BENCH_DOCS)/$(BENCH_STAMP).json
+STRESS_JSON  ?= $(BENCH_DOCS)/$(BENCH_STAMP)-stress.json
+KUBELET_BENCH_ENV = CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr CSI_TESTPLUGIN_BINARY=$(BIN)/csi-testplugin \
+  KUBELET_VOLUMES_BINARY=$(BIN)/kubelet-volumes KUBELET_BENCH_COMMIT=$(GIT_COMMIT) KUBELET_BENCH_TREE_STATE=$(GIT_TREE_STATE)
+
+.PHONY: kubelet-bench-bins
+kubelet-bench-bins: k8s-bins
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/csi-volmgr ./cmd/csi-volmgr
+	$(GO) build -o $(BIN)/csi-testplugin ./test/plugin/cmd/csi-testplugin
+	cd test/kubelet && $(GO) build -o $(BIN)/kubelet-volumes ./cmd/kubelet-volumes
 
 # The benchmark runs in a mount namespace of its own (unshare -m): its up to
 # 20,000 bind mounts stay out of the host's mount table, and go with the
 # namespace if the run is killed.
 .PHONY: bench-kubelet
-bench-kubelet: k8s-bins ## csi-volmgr beside the real kubelet's volume manager, every figure of issue 17 with ratios (about 2 hours; tables, charts and profiles into bench-results/); the harness tests first.
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/csi-volmgr ./cmd/csi-volmgr
-	$(GO) build -o $(BIN)/csi-testplugin ./test/plugin/cmd/csi-testplugin
-	cd test/kubelet && $(GO) build -o $(BIN)/kubelet-volumes ./cmd/kubelet-volumes
-	cd test/kubelet && CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr CSI_TESTPLUGIN_BINARY=$(BIN)/csi-testplugin \
-	  KUBELET_VOLUMES_BINARY=$(BIN)/kubelet-volumes KUBELET_BENCH_RESULTS=$(KUBELET_BENCH_RESULTS) \
+bench-kubelet: bench-kubelet-run ## csi-volmgr beside the real kubelet's volume manager (issue 24): both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 10 min by the estimate of `make bench-kubelet-plan`, on an otherwise idle machine); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
+	$(MAKE) bench-kubelet-save
+
+.PHONY: bench-kubelet-plan
+bench-kubelet-plan: ## Print what make bench-kubelet runs and how long it should take on this machine, without running it.
+	@cd test/kubelet && $(GO) test -count=1 -run='^TestPlan$$' -v ./bench/ | sed -n '/^plan:/,/total/p'
+
+.PHONY: bench-kubelet-run
+bench-kubelet-run: kubelet-bench-bins ## Only the measurement of make bench-kubelet (the harness tests first), into KUBELET_BENCH_RESULTS (results.json, table.md, charts, profiles, logs); KUBELET_BENCH_* in the environment change it (test/kubelet/bench/doc.go).
+	rm -rf $(KUBELET_BENCH_RESULTS)
+	cd test/kubelet && $(KUBELET_BENCH_ENV) KUBELET_BENCH_RESULTS=$(KUBELET_BENCH_RESULTS) \
 	  unshare -m --propagation private -- \
-	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run=. -bench=. -benchtime=1x ./bench/ 2>&1 | tee $(KUBELET_BENCH_RESULTS).log
+	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run='$(KUBELET_BENCH_TESTS)' -bench='$(KUBELET_BENCH_BENCHES)' -benchtime=1x ./bench/ 2>&1 | tee $(KUBELET_BENCH_RESULTS).log
+
+.PHONY: bench-kubelet-save
+bench-kubelet-save: ## Copy KUBELET_BENCH_RESULTS/results.json to BENCH_JSON (docs/bench/<day>-<commit>.json) and render docs/performance.md's table and docs/bench/*.svg from it.
+	mkdir -p $(BENCH_DOCS)
+	cp $(KUBELET_BENCH_RESULTS)/results.json $(BENCH_JSON)
+	$(MAKE) bench-render BENCH_JSON=$(BENCH_JSON)
+
+.PHONY: bench-render
+bench-render: ## Render docs/performance.md's table and docs/bench/*.svg from the committed BENCH_JSON (no measurement).
+	cd test/kubelet && $(GO) run ./cmd/benchrender -in $(CURDIR)/$(BENCH_JSON) -source $(BENCH_JSON) \
+	  -md $(CURDIR)/docs/performance.md -svg $(CURDIR)/$(BENCH_DOCS)
+
+.PHONY: bench-kubelet-stress
+bench-kubelet-stress: kubelet-bench-bins ## The stress rows, run once: bursts of 3,000, 5,000 and 10,000 pods, restart with 5,000 volumes, every column (about 1 h 15 min: the kubelet alone takes about 40 min); results into docs/bench/<day>-<commit>-stress.json and the stress table of docs/performance.md.
+	rm -rf $(KUBELET_STRESS_RESULTS)
+	cd test/kubelet && $(KUBELET_BENCH_ENV) KUBELET_BENCH_RESULTS=$(KUBELET_STRESS_RESULTS) \
+	  KUBELET_BENCH_RUNS=1 KUBELET_BENCH_BURST=0,3000,5000,10000 KUBELET_BENCH_RESTART_AT=5000 \
+	  unshare -m --propagation private -- \
+	  $(GO) test -p 1 $(KUBELET_BENCH_FLAGS) -run='^$$' -bench='^BenchmarkBurst$$' -benchtime=1x ./bench/ 2>&1 | tee $(KUBELET_STRESS_RESULTS).log
+	mkdir -p $(BENCH_DOCS)
+	cp $(KUBELET_STRESS_RESULTS)/results.json $(STRESS_JSON)
+	cd test/kubelet && $(GO) run ./cmd/benchrender -in $(CURDIR)/$(STRESS_JSON) -source $(STRESS_JSON) -name stress \
+	  -md $(CURDIR)/docs/performance.md -svg $(CURDIR)/$(BENCH_DOCS)/stress
 
 ##@ Reliability (issue 16; not part of `make test`, see docs/reliability.md)
 

@@ -31,10 +31,11 @@ type Config struct {
 	// Manifests is set.
 	KubeClient kubernetes.Interface
 	// ReportClient, when set, writes the pods' VolumesReady conditions and
-	// the Events instead of KubeClient: give it a rate limiter of its own
-	// (a second clientset of the same rest.Config does), so that the
-	// condition writes of a burst of pods never delay the reads their
-	// volumes wait for. Cluster mode only.
+	// the Events instead of KubeClient. A rate limiter of its own keeps
+	// the condition writes of a burst of pods from delaying the reads
+	// their volumes wait for; csi-volmgr run gives both clients one
+	// shared limiter instead, so that its API budget is one, as the
+	// kubelet's. Cluster mode only.
 	ReportClient kubernetes.Interface
 	// Manifests is the directory that standalone mode reads Pods, PVCs,
 	// PVs, Secrets and CSIDrivers from (watched), instead of an API

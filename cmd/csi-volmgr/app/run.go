@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -142,10 +143,12 @@ func run(ctx context.Context, o *RunOptions) error {
 		if cfg.KubeClient, err = newClient(restConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
-		// The same budget again, for the condition writes and Events: a
-		// clientset has one rate limiter, and a burst of pods must not
-		// queue the reads their volumes wait for behind their own
-		// condition writes.
+		// The condition writes and Events go through a client of their
+		// own, but on the same token bucket (restConfig.RateLimiter):
+		// --kube-api-qps and --kube-api-burst are the agent's whole
+		// budget, as the kubelet's pod status manager writes through its
+		// one KubeClient. In a burst of pods the writes compete with the
+		// reads the volumes wait for, as they do in the kubelet.
 		if cfg.ReportClient, err = newClient(restConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
@@ -171,6 +174,12 @@ func kubeConfig(o *RunOptions) (*rest.Config, error) {
 		return nil, fmt.Errorf("no --kubeconfig and no in-cluster configuration: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// One token bucket for every client made from cfg (the main client
+	// and the report client share it); QPS ≤ 0 means none, as in
+	// client-go.
+	if cfg.QPS > 0 {
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	}
 	cfg.ContentType = o.KubeAPIContentType
 	cfg.AcceptContentTypes = o.KubeAPIContentType
 	if o.KubeAPIContentType != runtime.ContentTypeJSON {

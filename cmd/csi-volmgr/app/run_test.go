@@ -2,10 +2,14 @@ package app
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
@@ -32,5 +36,63 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		if fs.Lookup(strings.TrimPrefix(flag, "--")) == nil {
 			t.Errorf("field %s maps to %s, which is not a flag of run", field, flag)
 		}
+	}
+}
+
+// TestOneBudgetForBothClients checks that --kube-api-qps and
+// --kube-api-burst are the agent's whole budget: the main client and the
+// report client (condition writes, Events) are made from one rest.Config
+// that carries one token bucket, so that both draw from it.
+func TestOneBudgetForBothClients(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewRunOptions()
+	o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst = kubeconfig, 50, 100
+	cfg, err := kubeConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RateLimiter == nil || cfg.RateLimiter.QPS() != 50 {
+		t.Fatalf("RateLimiter = %v, want one token bucket of 50 QPS", cfg.RateLimiter)
+	}
+	limiter := cfg.RateLimiter
+	// The burst: 100 tokens at once, then none.
+	for i := range 100 {
+		if !limiter.TryAccept() {
+			t.Fatalf("token %d of the burst of 100 refused", i)
+		}
+	}
+	main, err := newClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := newClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]kubernetes.Interface{"main": main, "report": report} {
+		rc, ok := c.CoreV1().RESTClient().(*rest.RESTClient)
+		if !ok {
+			t.Fatalf("%s: RESTClient is %T", name, c.CoreV1().RESTClient())
+		}
+		if rc.GetRateLimiter() != limiter {
+			t.Errorf("%s client has a rate limiter of its own, want the shared one", name)
+		}
+	}
+
+	o.KubeAPIQPS = 0
+	if cfg, err = kubeConfig(o); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RateLimiter != nil {
+		t.Errorf("--kube-api-qps=0: RateLimiter = %v, want none", cfg.RateLimiter)
 	}
 }

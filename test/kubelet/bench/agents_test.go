@@ -82,8 +82,8 @@ var (
 		heapMetric: "go_memstats_heap_inuse_bytes",
 	}
 	// volmgr is csi-volmgr's agent binary with the `run` command's
-	// defaults (by-name sources, its API QPS and burst), --profiling and
-	// --settled-object-resync=5m.
+	// defaults (by-name watches of every referenced object, its API QPS
+	// and burst) and --profiling; a column adds its budget and flags.
 	volmgr = &agentKind{
 		name: "csi-volmgr", short: "volmgr", binary: volmgrBinary,
 		args: func(kubeconfig, node, root, regDir, httpAddr string) []string {
@@ -93,34 +93,34 @@ var (
 				// /debug/pprof/, as kubelet-volumes serves it: the harness
 				// forces a GC before it reads the heap.
 				"--profiling",
-				// Settled objects are read again every 5 minutes instead
-				// of watched (README, Performance: the watch decision), so
-				// that the agents' API costs compare like for like.
-				"--settled-object-resync=5m",
 			}
 		},
 		socket:      volumemanager.SocketPath,
 		heapMetric:  "go_memstats_heap_inuse_bytes",
 		readyMetric: "csi_volmgr_pod_volumes_ready_seconds",
 	}
-	// agents are compared in this order, one after the other.
-	agents = []*agentKind{kubelet, volmgr}
 )
 
 // agent is a running agent on the world's Node.
 type agent struct {
 	kind *agentKind
+	col  *column
+	// tag prefixes the names of the objects it is given (pods, a
+	// namespace): the column's tag and the run, unique in the world.
+	tag  string
 	proc *process
 	// root is its root directory; regDir its registration directory.
 	root, regDir string
 }
 
-// startAgent starts kind on a fresh root directory, waits until it is
-// ready, moves the world's plugin registration socket into its
+// startAgent starts the column's agent on a fresh root directory, waits
+// until it is ready, moves the world's plugin registration socket into its
 // registration directory and waits until it registered the driver. When b
 // ends, the agent is stopped (if it still runs) and its directory removed.
-func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *agent {
+// run numbers the column's runs in the world (its objects' names).
+func startAgent(ctx context.Context, tb testing.TB, w *world, col *column, run int) *agent {
 	tb.Helper()
+	kind := col.kind
 	bin, err := kind.binary.Path()
 	if err != nil {
 		tb.Fatalf("building %s: %v", kind.name, err)
@@ -131,7 +131,7 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 	if err != nil {
 		tb.Fatal(err)
 	}
-	a := &agent{kind: kind, root: filepath.Join(dir, "root")}
+	a := &agent{kind: kind, col: col, tag: fmt.Sprintf("%s%d", col.tag, run), root: filepath.Join(dir, "root")}
 	a.regDir = filepath.Join(a.root, "plugins_registry")
 	if err := os.MkdirAll(a.regDir, 0o750); err != nil {
 		tb.Fatal(err)
@@ -149,7 +149,7 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, kind *agentKind) *
 		tb.Fatal(err)
 	}
 	a.proc = &process{binary: bin, logFile: filepath.Join(dir, kind.short+".log"), httpAddr: addr,
-		args: kind.args(kubeconfig, w.fx.NodeName, a.root, a.regDir, addr)}
+		args: append(kind.args(kubeconfig, w.fx.NodeName, a.root, a.regDir, addr), col.args...)}
 	if kind.socket != nil {
 		a.proc.socket = kind.socket(a.root)
 	}
@@ -243,5 +243,5 @@ func keepLog(tb testing.TB, a *agent) {
 		return
 	}
 	name := strings.NewReplacer("/", "_", "=", "").Replace(tb.Name())
-	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s.log", name, a.kind.short)), log, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s.log", name, a.tag)), log, 0o644)
 }

@@ -26,8 +26,7 @@ const (
 // kube-apiserver (countingProxy) and prints what each asks of the API
 // server: requests at start; per pod, while apiPods pods are created one
 // after another and published (GETs, LISTs, WATCHes, writes); the most
-// watches open at once; requests per minute with the pods running and
-// nothing changing; and, with EnvForeign objects that no pod of the node
+// watches open at once; and, with EnvForeign objects that no pod of the node
 // references (PVCs in another namespace, PVs of no claim of the node)
 // created meanwhile, how much the agent's heap grew and how many requests
 // they caused; then requests per pod for the teardown.
@@ -36,6 +35,7 @@ const (
 func BenchmarkAPICost(b *testing.B) {
 	idle := idleWindow(b)
 	foreign := intList(b, EnvForeign, []int{20000})[0]
+	book.setting("API cost foreign objects", foreign)
 	w := newWorld(b.Context(), b, worldOptions{driver: "apicost.kubelet-bench.csi-volmgr.io", volumes: apiPods})
 	proxy := startProxy(b, w.fx.Config)
 	w.agentKubeconfig = proxy.kubeconfig(b)
@@ -43,20 +43,21 @@ func BenchmarkAPICost(b *testing.B) {
 		proxy.take()
 		sideBySide(b.Context(), b, w, scenario{
 			name: fmt.Sprintf("API cost through a counting proxy: %d pods one after another, %d foreign PVCs/PVs", apiPods, foreign),
+			pods: apiPods,
 			run: func(ctx context.Context, b *testing.B, w *world, a *agent) []figure {
 				startup, _ := proxy.take()
 				w.createSerially(ctx, b, a, apiPods)
 				setup, maxOpen := proxy.take()
-				time.Sleep(idle)
-				idleCounts, _ := proxy.take()
+				time.Sleep(idle) // settle; the idle cost is BenchmarkSteadyState's
+				proxy.take()
 				_, heap0, _ := agentMemory(ctx, b, a)
 				began := time.Now()
-				w.createForeign(ctx, b, foreign, a.kind.short)
+				w.createForeign(ctx, b, foreign, a.tag)
 				b.Logf("%d foreign objects created in %v", foreign, time.Since(began).Round(time.Millisecond))
 				time.Sleep(10 * time.Second)
 				_, heap1, _ := agentMemory(ctx, b, a)
 				foreignCounts, _ := proxy.take()
-				w.deleteForeign(ctx, b, a.kind.short)
+				w.deleteForeign(ctx, b, a.tag)
 				proxy.take()
 				w.deletePods(ctx, b, a, apiPods)
 				teardown, _ := proxy.take()
@@ -65,20 +66,18 @@ func BenchmarkAPICost(b *testing.B) {
 				for _, c := range []struct {
 					what   string
 					counts map[string]int
-				}{{"start", startup}, {"setup", setup}, {"idle", idleCounts}, {"foreign", foreignCounts}, {"teardown", teardown}} {
+				}{{"start", startup}, {"setup", setup}, {"foreign", foreignCounts}, {"teardown", teardown}} {
 					text, _ := summarize(c.counts)
 					sb = append(sb, fmt.Sprintf("\n  %s %s: %s", a.kind.name, c.what, text))
 				}
 				details(b, a.kind.name+" API requests by phase", fmt.Sprint(sb))
 				_, st := summarize(startup)
 				_, su := summarize(setup)
-				_, id := summarize(idleCounts)
 				_, fo := summarize(foreignCounts)
 				_, td := summarize(teardown)
 				writes := func(m map[string]int) int { return m["CREATE"] + m["UPDATE"] + m["PATCH"] + m["DELETE"] }
 				total := func(m map[string]int) int { return m["GET"] + m["LIST"] + m["WATCH"] + writes(m) }
 				perPod := func(v int) float64 { return float64(v) / apiPods }
-				perMin := func(v int) float64 { return float64(v) / idle.Minutes() }
 				return []figure{
 					{name: "requests at start", key: "api_start_requests", value: float64(total(st))},
 					{name: "per pod published: GET", key: "api_pod_get", value: perPod(su["GET"])},
@@ -87,8 +86,6 @@ func BenchmarkAPICost(b *testing.B) {
 					{name: "per pod published: writes", key: "api_pod_writes", value: perPod(writes(su))},
 					{name: "per pod published: all requests", key: "api_pod_requests", value: perPod(total(su))},
 					{name: fmt.Sprintf("watches open at most, %d pods", apiPods), key: "api_watches_open", value: float64(maxOpen)},
-					{name: "idle: requests per minute", key: "api_idle_per_min", value: perMin(total(id))},
-					{name: "idle: GETs per pod per minute", key: "api_idle_get_per_pod_min", value: perMin(id["GET"]) / apiPods},
 					{name: fmt.Sprintf("heap growth with %d foreign objects (MiB)", foreign), key: "api_foreign_heap_mib", value: (heap1 - heap0) / (1 << 20)},
 					{name: "requests meanwhile (any cause)", key: "api_foreign_requests", value: float64(total(fo))},
 					{name: "per pod torn down: all requests", key: "api_teardown_requests", value: perPod(total(td))},

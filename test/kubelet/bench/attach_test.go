@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,19 +89,42 @@ func (w *world) forgetVolumesInUse(ctx context.Context, tb testing.TB) {
 }
 
 const (
-	// attachPods is how many pods BenchmarkAttachToStage runs, one after
-	// another.
-	attachPods = 10
-	// attachLag is how long after its pod was created each volume is
-	// attached: the attach/detach controller's and the external-attacher's
-	// time, during which the agent waits.
-	attachLag = 2 * time.Second
+	// EnvAttachPods names an environment variable with how many pods
+	// BenchmarkAttachToStage runs one after another per attach lag
+	// (default 5).
+	EnvAttachPods = "KUBELET_BENCH_ATTACH_PODS"
+	// EnvAttachLags names an environment variable with the attach lags of
+	// BenchmarkAttachToStage, comma-separated Go durations (default
+	// 500ms,2s,10s): how long after its pod was created each volume is
+	// attached, the attach/detach controller's and the external-attacher's
+	// time, during which the agent waits. The kubelet's wait depends on
+	// where the lag falls in its 10 s node status period.
+	EnvAttachLags = "KUBELET_BENCH_ATTACH_LAGS"
 )
 
+// attachLags parses EnvAttachLags.
+func attachLags(b testing.TB) []time.Duration {
+	b.Helper()
+	s := os.Getenv(EnvAttachLags)
+	if s == "" {
+		return []time.Duration{500 * time.Millisecond, 2 * time.Second, 10 * time.Second}
+	}
+	var out []time.Duration
+	for f := range strings.SplitSeq(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			b.Fatalf("%s=%q: want comma-separated durations", EnvAttachLags, s)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
 // BenchmarkAttachToStage measures, for both agents, the wait between a
-// volume becoming attached and NodeStageVolume: attachPods pods one after
-// another, each with an attach-required volume whose VolumeAttachment
-// exists (not attached) when the pod is created; attachLag later the world
+// volume becoming attached and NodeStageVolume, for each attach lag of
+// EnvAttachLags (a row each): EnvAttachPods pods one after another, each
+// with an attach-required volume whose VolumeAttachment exists (not
+// attached) when the pod is created; the lag later the world
 // marks it attached as the attach/detach controller and external-attacher
 // would (node.status.volumesAttached first, then the VolumeAttachment's
 // status.attached). The clock starts when the VolumeAttachment's status
@@ -110,46 +135,57 @@ const (
 //
 //	make bench-kubelet   (or: go test -run='^$' -bench=AttachToStage -benchtime=1x ./bench/)
 func BenchmarkAttachToStage(b *testing.B) {
+	attachPods := intList(b, EnvAttachPods, []int{5})[0]
+	book.setting("attach lags", attachLags(b))
+	book.setting("attach pods per lag", attachPods)
 	w := newWorld(b.Context(), b, worldOptions{driver: "attachstage.kubelet-bench.csi-volmgr.io", volumes: attachPods, attachRequired: true})
-	for range b.N {
-		sideBySide(b.Context(), b, w, scenario{
-			name: fmt.Sprintf("attach-required volume attached %v after its pod was created, %d pods one after another", attachLag, attachPods),
-			run: func(ctx context.Context, b *testing.B, w *world, a *agent) []figure {
-				defer w.detachAll(ctx, b)
-				var toStage, toPublished []time.Duration
-				for i, v := range w.volumes {
-					va := w.createAttachment(ctx, b, v)
-					created := time.Now()
-					if _, err := w.creator.CoreV1().Pods(w.fx.Namespace).Create(ctx,
-						newPod(fmt.Sprintf("%s-a-%02d", a.kind.short, i), w.fx.NodeName, v.claim), metav1.CreateOptions{}); err != nil {
-						b.Fatal(err)
-					}
-					time.Sleep(time.Until(created.Add(attachLag)))
-					attached := w.markAttached(ctx, b, v, va)
-					var stageBegin time.Time
-					waitFor(ctx, b, time.Millisecond, runTimeout, a.kind.name+" staged "+v.handle, func() (bool, error) {
-						if _, err := w.journal.poll(); err != nil {
-							return false, err
-						}
-						if cs := w.journal.calls(v.handle, created, "NodeStageVolume"); len(cs) > 0 {
-							stageBegin = cs[0].begin
-						}
-						return w.journal.lastOK(v.handle, "NodePublishVolume", created), nil
-					})
-					toStage = append(toStage, stageBegin.Sub(attached))
-					pubs := w.journal.calls(v.handle, created, "NodePublishVolume")
-					toPublished = append(toPublished, pubs[len(pubs)-1].end.Sub(attached))
-				}
-				w.deletePods(ctx, b, a, attachPods)
-				st, pub := newDist(toStage), newDist(toPublished)
-				return []figure{
-					{name: "attached → NodeStageVolume begins, p50 (ms)", key: "attach_to_stage_p50_ms", value: ms(st.q(.5))},
-					{name: "attached → NodeStageVolume begins, max (ms)", key: "attach_to_stage_max_ms", value: ms(st.q(1))},
-					{name: "attached → published, p50 (ms)", key: "attach_to_published_p50_ms", value: ms(pub.q(.5))},
-				}
-			},
+	for _, attachLag := range attachLags(b) {
+		b.Run(fmt.Sprintf("lag=%v", attachLag), func(b *testing.B) {
+			for range b.N {
+				attachScenario(b, w, attachLag, attachPods)
+			}
 		})
 	}
+}
+
+func attachScenario(b *testing.B, w *world, attachLag time.Duration, attachPods int) {
+	sideBySide(b.Context(), b, w, scenario{
+		name: fmt.Sprintf("attach-required volume attached %v after its pod was created, %d pods one after another", attachLag, attachPods),
+		run: func(ctx context.Context, b *testing.B, w *world, a *agent) []figure {
+			defer w.detachAll(ctx, b)
+			var toStage, toPublished []time.Duration
+			for i, v := range w.volumes {
+				va := w.createAttachment(ctx, b, v)
+				created := time.Now()
+				if _, err := w.creator.CoreV1().Pods(w.fx.Namespace).Create(ctx,
+					newPod(fmt.Sprintf("%s-a%d-%02d", a.tag, attachLag.Milliseconds(), i), w.fx.NodeName, v.claim), metav1.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(time.Until(created.Add(attachLag)))
+				attached := w.markAttached(ctx, b, v, va)
+				var stageBegin time.Time
+				waitFor(ctx, b, time.Millisecond, runTimeout, a.kind.name+" staged "+v.handle, func() (bool, error) {
+					if _, err := w.journal.poll(); err != nil {
+						return false, err
+					}
+					if cs := w.journal.calls(v.handle, created, "NodeStageVolume"); len(cs) > 0 {
+						stageBegin = cs[0].begin
+					}
+					return w.journal.lastOK(v.handle, "NodePublishVolume", created), nil
+				})
+				toStage = append(toStage, stageBegin.Sub(attached))
+				pubs := w.journal.calls(v.handle, created, "NodePublishVolume")
+				toPublished = append(toPublished, pubs[len(pubs)-1].end.Sub(attached))
+			}
+			w.deletePods(ctx, b, a, attachPods)
+			st, pub := newDist(toStage), newDist(toPublished)
+			return []figure{
+				{name: "attached → NodeStageVolume begins, p50 (ms)", key: "attach_to_stage_p50_ms", value: ms(st.q(.5))},
+				{name: "attached → NodeStageVolume begins, max (ms)", key: "attach_to_stage_max_ms", value: ms(st.q(1))},
+				{name: "attached → published, p50 (ms)", key: "attach_to_published_p50_ms", value: ms(pub.q(.5))},
+			}
+		},
+	})
 }
 
 // createAttachment creates the VolumeAttachment of v to the world's Node,

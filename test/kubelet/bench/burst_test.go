@@ -18,8 +18,10 @@ import (
 
 const (
 	// EnvBurst names an environment variable with the comma-separated pod
-	// counts of BenchmarkBurst (default 0,1000,3000,5000,10000; 0 is the
-	// agent with nothing to do, the baseline of the memory per volume).
+	// counts of BenchmarkBurst (default 0,110,1000: the kubelet's max-pods
+	// and the stress row; make bench-kubelet-stress runs
+	// 0,3000,5000,10000; 0 is the agent with nothing to do, the baseline of
+	// the memory per volume).
 	EnvBurst = "KUBELET_BENCH_BURST"
 	// EnvCutoff names an environment variable with how long BenchmarkBurst
 	// waits for a burst (and for its teardown) before it reports "did not
@@ -30,18 +32,19 @@ const (
 	// finish" and cleans up through the plugin (default 5m).
 	EnvTeardownCutoff = "KUBELET_BENCH_TEARDOWN_CUTOFF"
 	// EnvRestartAt names an environment variable with the burst size after
-	// which each agent is restarted (default 5000; 0: never).
+	// which each agent is restarted (default 5000, a stress row; 0: never).
 	EnvRestartAt = "KUBELET_BENCH_RESTART_AT"
 	// EnvBurstIdle names an environment variable with the idle window
-	// after each burst (default 1m).
+	// after each burst, after which the memory is read (default 10s; the
+	// idle cost is BenchmarkSteadyState's).
 	EnvBurstIdle = "KUBELET_BENCH_BURST_IDLE"
 
 	// burstCreators is how many goroutines create the pods of a burst.
 	burstCreators = 32
 )
 
-// baselines holds each agent's memory with no pod (the burst of 0), the
-// baseline of the memory per volume.
+// baselines holds each column's memory with no pod (the burst of 0, its
+// last run), the baseline of the memory per volume.
 var baselines = struct {
 	sync.Mutex
 	rss, heap map[string]float64
@@ -74,11 +77,14 @@ var baselines = struct {
 //
 //     make bench-kubelet   (or: go test -run='^$' -bench=Burst -benchtime=1x ./bench/)
 func BenchmarkBurst(b *testing.B) {
-	counts := intList(b, EnvBurst, []int{0, 1000, 3000, 5000, 10000})
+	counts := intList(b, EnvBurst, []int{0, 110, 1000})
 	cutoff := durationEnv(b, EnvCutoff, 10*time.Minute)
 	teardownCutoff := durationEnv(b, EnvTeardownCutoff, 5*time.Minute)
-	idle := durationEnv(b, EnvBurstIdle, time.Minute)
+	idle := durationEnv(b, EnvBurstIdle, 10*time.Second)
 	restartAt := intList(b, EnvRestartAt, []int{5000})[0]
+	book.setting("burst pods", counts)
+	book.setting("burst idle before memory", idle)
+	book.setting("restart at", restartAt)
 	w := newWorld(b.Context(), b, worldOptions{driver: "burst.kubelet-bench.csi-volmgr.io", volumes: max(slices.Max(counts), 1)})
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
@@ -92,12 +98,13 @@ func BenchmarkBurst(b *testing.B) {
 func burstScenario(n int, cutoff, teardownCutoff, idle time.Duration, restart bool) scenario {
 	return scenario{
 		name: fmt.Sprintf("burst: %d pods bound at once, zero-delay plugin", n),
+		pods: n,
 		run: func(ctx context.Context, b *testing.B, w *world, a *agent) []figure {
 			if n == 0 {
 				figs := measureIdle(ctx, b, a, idle)
 				baselines.Lock()
-				baselines.rss[a.kind.name] = figs[2].value
-				baselines.heap[a.kind.name] = figs[3].value
+				baselines.rss[a.col.id] = figs[2].value
+				baselines.heap[a.col.id] = figs[3].value
 				baselines.Unlock()
 				return figs
 			}
@@ -134,8 +141,8 @@ func burstScenario(n int, cutoff, teardownCutoff, idle time.Duration, restart bo
 			idleFigs := measureIdle(ctx, b, a, idle)
 			figs = append(figs, idleFigs...)
 			baselines.Lock()
-			rss0, okR := baselines.rss[a.kind.name]
-			heap0, okH := baselines.heap[a.kind.name]
+			rss0, okR := baselines.rss[a.col.id]
+			heap0, okH := baselines.heap[a.col.id]
 			baselines.Unlock()
 			figs = append(figs,
 				figure{name: "RSS per volume above N = 0 (KiB)", key: "rss_per_volume_kib",
@@ -162,7 +169,7 @@ func (w *world) createBurst(ctx context.Context, b *testing.B, a *agent, n int) 
 	began := time.Now()
 	parallelN(b, burstCreators, n, func(i int) error {
 		sent[i] = time.Now()
-		_, err := pods.Create(ctx, newPod(fmt.Sprintf("%s-b%d-%05d", a.kind.short, n, i), w.fx.NodeName, w.volumes[i].claim), metav1.CreateOptions{})
+		_, err := pods.Create(ctx, newPod(fmt.Sprintf("%s-b%d-%05d", a.tag, n, i), w.fx.NodeName, w.volumes[i].claim), metav1.CreateOptions{})
 		return err
 	})
 	return sent, time.Since(began)
@@ -303,6 +310,12 @@ func (w *world) deletePodsWithin(ctx context.Context, b *testing.B, a *agent, n 
 	b.Helper()
 	began := time.Now()
 	w.deleteAllPods(ctx, b)
+	return w.waitTeardown(ctx, b, a, n, began, cutoff)
+}
+
+// waitTeardown is the wait of deletePodsWithin for pods deleted at began.
+func (w *world) waitTeardown(ctx context.Context, b *testing.B, a *agent, n int, began time.Time, cutoff time.Duration) (took time.Duration, done bool) {
+	b.Helper()
 	want := map[string]bool{}
 	for _, v := range w.volumes[:n] {
 		want[v.handle] = true

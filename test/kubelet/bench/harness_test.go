@@ -26,9 +26,10 @@ const harnessPods = 3
 func TestAgentsRestart(t *testing.T) {
 	ctx := t.Context()
 	w := newWorld(ctx, t, worldOptions{driver: "harness.kubelet-bench.csi-volmgr.io", volumes: harnessPods})
-	for _, kind := range agents {
+	for _, col := range []*column{colKubelet, colVolmgrDefaults} {
+		kind := col.kind
 		t.Run(kind.name, func(t *testing.T) {
-			a := startAgent(ctx, t, w, kind)
+			a := startAgent(ctx, t, w, col, 0)
 			began := time.Now()
 			for i, v := range w.volumes {
 				if _, err := w.creator.CoreV1().Pods(w.fx.Namespace).Create(ctx,
@@ -99,9 +100,10 @@ func TestAttachRequired(t *testing.T) {
 	v := w.volumes[0]
 	w.attach(ctx, t, v)
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + w.driver + "^" + v.handle)
-	for _, kind := range agents {
+	for _, col := range []*column{colKubelet, colVolmgrDefaults} {
+		kind := col.kind
 		t.Run(kind.name, func(t *testing.T) {
-			a := startAgent(ctx, t, w, kind)
+			a := startAgent(ctx, t, w, col, 0)
 			began := time.Now()
 			if _, err := w.creator.CoreV1().Pods(w.fx.Namespace).Create(ctx,
 				newPod(kind.short+"-attach", w.fx.NodeName, v.claim), metav1.CreateOptions{}); err != nil {

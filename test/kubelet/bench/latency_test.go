@@ -19,10 +19,12 @@ import (
 
 const (
 	// EnvPods names an environment variable with the comma-separated pod
-	// counts of BenchmarkKubeletBaseline (default 1,100,1000).
+	// counts of BenchmarkKubeletBaseline (default 30,110).
 	EnvPods = "KUBELET_BENCH_PODS"
 	// EnvIdle names an environment variable with the idle window of
-	// BenchmarkKubeletBaseline as a Go duration (default 1m).
+	// BenchmarkKubeletBaseline and the settle time of BenchmarkAPICost, as
+	// a Go duration (default 10s; the idle cost over a window long enough
+	// for both agents' periods is BenchmarkSteadyState's).
 	EnvIdle = "KUBELET_BENCH_IDLE"
 
 	// serialInterval is the least time between two pods of the serial
@@ -70,6 +72,8 @@ const (
 func BenchmarkKubeletBaseline(b *testing.B) {
 	counts := podCounts(b)
 	idle := idleWindow(b)
+	book.setting("serial pods", counts)
+	book.setting("serial idle before memory", idle)
 	w := newWorld(b.Context(), b, worldOptions{driver: "baseline.kubelet-bench.csi-volmgr.io", volumes: slices.Max(counts)})
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
@@ -85,6 +89,7 @@ func BenchmarkKubeletBaseline(b *testing.B) {
 func serialScenario(n int, idle time.Duration) scenario {
 	return scenario{
 		name: fmt.Sprintf("%d pods created one after another, zero-delay plugin", n),
+		pods: n,
 		run: func(ctx context.Context, b *testing.B, w *world, a *agent) []figure {
 			cpu0 := agentCPU(b, a)
 			began := time.Now()
@@ -151,7 +156,7 @@ func (w *world) createSerially(ctx context.Context, b *testing.B, a *agent, n in
 		}
 		next = time.Now().Add(serialInterval)
 		s := podSample{sent: time.Now()}
-		p, err := pods.Create(ctx, newPod(fmt.Sprintf("%s-%d-%05d", a.kind.short, n, i), w.fx.NodeName, v.claim), metav1.CreateOptions{})
+		p, err := pods.Create(ctx, newPod(fmt.Sprintf("%s-%d-%05d", a.tag, n, i), w.fx.NodeName, v.claim), metav1.CreateOptions{})
 		if err != nil {
 			b.Fatalf("creating pod %d: %v", i, err)
 		}
@@ -281,7 +286,7 @@ func agentMemory(ctx context.Context, b *testing.B, a *agent) (rss, heap float64
 	dir := filepath.Join(resultsDir(), "profiles")
 	if err := os.MkdirAll(dir, 0o755); err == nil {
 		name := strings.NewReplacer("/", "_", "=", "").Replace(b.Name())
-		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pb.gz", name, a.kind.short)), profile, 0o644)
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pb.gz", name, a.tag)), profile, 0o644)
 	}
 	r, err := a.proc.rss()
 	if err != nil {
@@ -305,11 +310,11 @@ func agentCPU(b *testing.B, a *agent) time.Duration {
 }
 
 // podCounts parses EnvPods.
-func podCounts(b *testing.B) []int {
+func podCounts(b testing.TB) []int {
 	b.Helper()
 	s := os.Getenv(EnvPods)
 	if s == "" {
-		return []int{1, 100, 1000}
+		return []int{30, 110}
 	}
 	var out []int
 	for f := range strings.SplitSeq(s, ",") {
@@ -323,11 +328,11 @@ func podCounts(b *testing.B) []int {
 }
 
 // idleWindow parses EnvIdle.
-func idleWindow(b *testing.B) time.Duration {
+func idleWindow(b testing.TB) time.Duration {
 	b.Helper()
 	s := os.Getenv(EnvIdle)
 	if s == "" {
-		return time.Minute
+		return 10 * time.Second
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {

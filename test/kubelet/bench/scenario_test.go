@@ -8,15 +8,22 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csi-volmgr/csi-volmgr/test/kubelet/benchresults"
 )
 
-// scenario is one group of rows of the side-by-side table. It runs once
-// on each agent, one after the other, on the same world: each agent
-// started fresh on a root directory of its own, then stopped. The rows of
-// issue 17 are scenarios; a new row is a new scenario, nothing else.
+// scenario is one group of rows of the table. It runs on every column,
+// one agent after the other on the same world, EnvRuns times, the columns'
+// order alternating between runs: each agent started fresh on a root
+// directory of its own, then stopped. A new row is a new scenario, nothing
+// else.
 type scenario struct {
-	// name heads its rows.
+	// name heads its rows; pods is its N (0: none), which orders the
+	// sections of the rendered table (110 first).
 	name string
+	pods int
+	// columns are the columns it runs; nil means mainColumns.
+	columns []*column
 	// run measures one agent and leaves the world as it found it (pods
 	// deleted, every volume torn down).
 	run func(ctx context.Context, b *testing.B, w *world, a *agent) []figure
@@ -34,79 +41,70 @@ type figure struct {
 	note    string
 }
 
-// sideBySide runs sc on every agent in turn, prints the table (kubelet,
-// csi-volmgr, ratio kubelet ÷ csi-volmgr) and reports every figure with
-// b.ReportMetric as <agent>_<key>, and the ratio as ratio_<key>.
+// sideBySide runs sc on every column, EnvRuns times in alternating order,
+// records every figure of every run as a sample (results.json), prints the
+// table (per column the median of the runs and their min–max, the
+// kubelet's median ÷ each other column's) and reports every median with
+// b.ReportMetric as <column tag>_<key>.
 func sideBySide(ctx context.Context, b *testing.B, w *world, sc scenario) {
 	b.Helper()
-	results := make([][]figure, len(agents))
-	for i, kind := range agents {
-		if !selected(kind) {
+	cols := sc.columns
+	if cols == nil {
+		cols = mainColumns(b)
+	}
+	book.setting("runs per row", benchRuns(b))
+	for r := range benchRuns(b) {
+		for pos, col := range runOrder(cols, r) {
+			a := startAgent(ctx, b, w, col, r)
+			figs := sc.run(ctx, b, w, a)
+			if err := a.stop(b, w); err != nil {
+				b.Fatalf("stopping %s: %v", col.id, err)
+			}
+			book.add(sc.name, sc.pods, col, r, pos, figs)
+		}
+	}
+	printTable(b, sc.name)
+}
+
+// printTable prints the section's rows as results.json aggregates them,
+// and reports each column's medians.
+func printTable(b *testing.B, section string) {
+	b.Helper()
+	f := book.snapshot()
+	var sb strings.Builder
+	ref, hasRef := f.Reference()
+	for _, r := range f.Rows() {
+		if r.Section != section {
 			continue
 		}
-		a := startAgent(ctx, b, w, kind)
-		results[i] = sc.run(ctx, b, w, a)
-		if err := a.stop(b, w); err != nil {
-			b.Fatalf("stopping %s: %v", kind.name, err)
-		}
-	}
-	printTable(b, sc.name, results)
-	book.add(sc.name, results)
-}
-
-// printTable prints the figures of every agent side by side, in the order
-// of the first agent's, and reports them.
-func printTable(b *testing.B, title string, results [][]figure) {
-	b.Helper()
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n  %-48s", "figure")
-	for _, kind := range agents {
-		fmt.Fprintf(&sb, " %12s", kind.name)
-	}
-	fmt.Fprintf(&sb, " %10s", "ratio")
-	for _, f := range firstResults(results) {
-		fmt.Fprintf(&sb, "\n  %-48s", f.name)
-		values := make([]figure, len(agents))
-		for i, kind := range agents {
-			v, ok := find(results[i], f.key)
-			v.missing = v.missing || !ok
-			values[i] = v
-			if !ok || v.missing {
-				text := "n/a"
-				if v.note != "" {
-					text = v.note
-				}
-				fmt.Fprintf(&sb, " %12s", text)
+		fmt.Fprintf(&sb, "\n  %-48s", r.Figure)
+		for _, c := range f.Columns {
+			cell, ok := r.Cells[c.ID]
+			if !ok {
 				continue
 			}
-			fmt.Fprintf(&sb, " %12.2f", v.value)
-			b.ReportMetric(v.value, kind.short+"_"+f.key)
-		}
-		if r, ok := ratio(values[0], values[1]); ok {
-			fmt.Fprintf(&sb, " %9.1f×", r)
-			b.ReportMetric(r, "ratio_"+f.key)
-		} else {
-			fmt.Fprintf(&sb, " %10s", "")
+			text := cell.Note
+			if cell.N > 0 {
+				text = fmt.Sprintf("%s (%s–%s)", benchresults.Format(cell.Median), benchresults.Format(cell.Min), benchresults.Format(cell.Max))
+				b.ReportMetric(cell.Median, columnTag(c.ID)+"_"+r.Key)
+			}
+			fmt.Fprintf(&sb, "  %s: %-22s", c.ID, text)
+			if rc, ok := r.Cells[ref.ID]; hasRef && c.ID != ref.ID && ok && rc.N > 0 && cell.N > 0 && cell.Median != 0 && !math.IsNaN(cell.Median) {
+				fmt.Fprintf(&sb, " %s×", benchresults.Format(rc.Median/cell.Median))
+			}
 		}
 	}
-	details(b, title+" (one run of each agent on the same objects; ratio = kubelet ÷ csi-volmgr; load "+loadAverage()+")", sb.String())
+	details(b, section+" (median of the runs (min–max); × = kubelet ÷ column; load "+loadAverage()+")", sb.String())
 }
 
-func find(figs []figure, key string) (figure, bool) {
-	for _, f := range figs {
-		if f.key == key {
-			return f, true
+// columnTag is the tag of the column with that id.
+func columnTag(id string) string {
+	for _, c := range []*column{colKubelet, colVolmgr, colVolmgrDefaults, colVolmgrResync} {
+		if c.id == id {
+			return c.tag
 		}
 	}
-	return figure{}, false
-}
-
-// ratio is a ÷ b when both are there and b is not zero.
-func ratio(a, b figure) (float64, bool) {
-	if a.missing || b.missing || b.value == 0 || math.IsNaN(a.value) || math.IsNaN(b.value) {
-		return 0, false
-	}
-	return a.value / b.value, true
+	return "x"
 }
 
 // details prints a multi-line part of a benchmark's report to stdout: the
@@ -123,14 +121,4 @@ const EnvAgents = "KUBELET_BENCH_AGENTS"
 func selected(kind *agentKind) bool {
 	s := os.Getenv(EnvAgents)
 	return s == "" || slices.Contains(strings.Split(s, ","), kind.name)
-}
-
-// firstResults is the figures of the first agent that ran.
-func firstResults(results [][]figure) []figure {
-	for _, r := range results {
-		if r != nil {
-			return r
-		}
-	}
-	return nil
 }

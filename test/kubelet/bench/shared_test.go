@@ -47,7 +47,7 @@ func BenchmarkSharedVolume(b *testing.B) {
 				pods := w.creator.CoreV1().Pods(w.fx.Namespace)
 				began := time.Now()
 				parallelN(b, burstCreators, sharedPods, func(i int) error {
-					_, err := pods.Create(ctx, newPod(fmt.Sprintf("%s-s-%02d", a.kind.short, i), w.fx.NodeName, v.claim), metav1.CreateOptions{})
+					_, err := pods.Create(ctx, newPod(fmt.Sprintf("%s-s-%02d", a.tag, i), w.fx.NodeName, v.claim), metav1.CreateOptions{})
 					return err
 				})
 				var last time.Time

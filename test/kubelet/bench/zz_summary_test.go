@@ -9,14 +9,10 @@ import (
 
 // BenchmarkZZSummary runs last (benchmarks run in the order of their
 // files) and prints the whole table of this run, as the results directory
-// holds it (table.md, results.json, latency-vs-n and cpu-vs-n as SVG and
-// PNG). Run on its own it redraws them from the last run's results.json.
+// holds it (results.json, table.md rendered from it, the charts as SVG).
+// Run on its own it renders them again from the last run's results.json.
 func BenchmarkZZSummary(b *testing.B) {
-	book.mu.Lock()
-	empty := len(book.rows) == 0
-	book.mu.Unlock()
-	if empty {
-		// Run on its own: redraw the charts of the last run.
+	if book.empty() {
 		if err := book.load(); err != nil {
 			b.Skipf("no results: %v", err)
 		}

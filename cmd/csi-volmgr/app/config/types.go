@@ -28,9 +28,10 @@ type CSIVolmgrConfiguration struct {
 	// kubeconfig is the path of a kubeconfig; empty means the in-cluster
 	// configuration (--kubeconfig).
 	Kubeconfig string `json:"kubeconfig"`
-	// kubeAPIQPS is the queries per second of the API client (--kube-api-qps).
+	// kubeAPIQPS is the queries per second of the agent's API requests,
+	// all its clients together on one token bucket (--kube-api-qps).
 	KubeAPIQPS float32 `json:"kubeAPIQPS"`
-	// kubeAPIBurst is the burst of the API client (--kube-api-burst).
+	// kubeAPIBurst is the burst of that token bucket (--kube-api-burst).
 	KubeAPIBurst int `json:"kubeAPIBurst"`
 	// kubeAPIContentType is the content type of the API client's requests
 	// and preferred answers, as the kubelet's; JSON is always accepted too

@@ -3,9 +3,13 @@
 // run it beside csi-volmgr:
 //
 //	kubelet-volumes --kubeconfig=<file> --node-name=<node> --root-dir=<dir> \
-//	    [--registration-dir=<dir>] --http-endpoint=127.0.0.1:<port> [--v=N]
+//	    [--registration-dir=<dir>] --http-endpoint=127.0.0.1:<port> [--v=N] \
+//	    [--kube-api-qps=50] [--kube-api-burst=100]
 //
-// Its API client has the kubelet's defaults (50 QPS, burst 100, protobuf).
+// Its API client has the kubelet's defaults (50 QPS, burst 100, protobuf);
+// --kube-api-qps and --kube-api-burst set them as the kubelet's flags of
+// the same names do (the kubelet's heartbeat client stays unlimited and its
+// event client keeps EventRecordQPS and EventBurst, as in the kubelet).
 // SIGTERM or SIGINT stop it; like the kubelet, it leaves every volume
 // mounted, and a restart on the same root directory reconstructs them.
 package main
@@ -48,6 +52,9 @@ func run() error {
 	fs.StringVar(&rootDir, "root-dir", "", "The kubelet's --root-dir (absolute).")
 	fs.StringVar(&regDir, "registration-dir", "", "Plugin registration directory; empty means <root-dir>/plugins_registry.")
 	fs.StringVar(&httpEndpoint, "http-endpoint", "", "Address of /healthz, /readyz, /metrics and the JSON API.")
+	kc := kubeletvm.Defaults()
+	qps := fs.Int("kube-api-qps", int(*kc.KubeAPIQPS), "QPS of the kubelet's main API client (the kubelet's --kube-api-qps).")
+	burst := fs.Int("kube-api-burst", int(kc.KubeAPIBurst), "Burst of the kubelet's main API client (the kubelet's --kube-api-burst).")
 	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
@@ -65,7 +72,8 @@ func run() error {
 		return fmt.Errorf("reading %s: %w", kubeconfig, err)
 	}
 	base.UserAgent = userAgent
-	kc := kubeletvm.Defaults()
+	q := int32(*qps)                                   //nolint:gosec // a flag's small number
+	kc.KubeAPIQPS, kc.KubeAPIBurst = &q, int32(*burst) //nolint:gosec // a flag's small number
 	clientCfg, heartbeatCfg, eventCfg := kubeletvm.ClientConfigs(base, &kc)
 	var clients [3]kubernetes.Interface
 	for i, c := range []*rest.Config{clientCfg, heartbeatCfg, eventCfg} {
