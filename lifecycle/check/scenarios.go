@@ -530,7 +530,9 @@ func uncertainStage(ctx context.Context, r *run) error {
 	if st, _ := m.world.Volume(v.name); st.Stage != volume.StageUncertain {
 		return fmt.Errorf("the held NodeStageVolume left the volume %v, not uncertain", st.Stage)
 	}
-	time.Sleep(r.cfg.RetryDelay)
+	if err := sleep(ctx, r.cfg.RetryDelay); err != nil {
+		return err
+	}
 	if err := r.stage(ctx, m, v, nil, "NodeStageVolume retried after the uncertain one"); err != nil {
 		return err
 	}
@@ -558,7 +560,9 @@ func crashAfterStage(ctx context.Context, r *run) error {
 	if _, err := r.crash(ctx, v, 0, []string{"stage"}); err != nil {
 		return err
 	}
-	time.Sleep(r.cfg.RestartDelay)
+	if err := sleep(ctx, r.cfg.RestartDelay); err != nil {
+		return err
+	}
 	m, err := r.newManager()
 	if err != nil {
 		return err
@@ -591,7 +595,9 @@ func crashAfterUnpublish(ctx context.Context, r *run) error {
 	if _, err := r.crash(ctx, v, 0, []string{"stage", "publish", "unpublish"}); err != nil {
 		return err
 	}
-	time.Sleep(r.cfg.RestartDelay)
+	if err := sleep(ctx, r.cfg.RestartDelay); err != nil {
+		return err
+	}
 	m, err := r.newManager()
 	if err != nil {
 		return err
@@ -647,4 +653,16 @@ func driverRestart(ctx context.Context, r *run) error {
 		}
 	}
 	return r.teardownAll(ctx, m, v, 1, 0)
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
