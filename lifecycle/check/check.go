@@ -297,10 +297,12 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 	}
 	e.rec.take()
 	err := s.run(ctx, r)
+	// A call whose answer was withheld may still be running: the teardown
+	// waits for it, lest it stage what was just unstaged.
+	e.rec.background.Wait()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	res.Cleanup = r.cleanup(cctx)
-	e.rec.background.Wait()
 	res.Calls = e.rec.take()
 	var f *failure
 	switch {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -65,7 +66,10 @@ is used; what the driver does not offer is skipped with the reason.`,
 			} else {
 				// The gRPC connection's own messages (a lost connection
 				// while the driver restarts) go to the global logger.
-				klog.LogToStderr(false)
+				quiet := flag.NewFlagSet("klog", flag.ContinueOnError)
+				klog.InitFlags(quiet)
+				_ = quiet.Set("logtostderr", "false")
+				_ = quiet.Set("stderrthreshold", "FATAL")
 				klog.SetOutput(io.Discard)
 			}
 			ctx = klog.NewContext(ctx, logger)
