@@ -306,6 +306,10 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 	res.Calls = e.rec.take()
 	var f *failure
 	switch {
+	case err == nil && len(res.Cleanup) > 0:
+		res.Status, res.Reason = Fail, "cleanup after the scenario"
+		res.Expected = "nothing left after the teardown: every call answered OK and every path it was asked to unmount unmounted"
+		res.Got = strings.Join(res.Cleanup, "; ")
 	case err == nil:
 		res.Status = Pass
 	case errors.As(err, &f):

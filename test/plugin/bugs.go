@@ -36,7 +36,7 @@ const (
 	// (the driver restarted) answers OK and keeps the broken mount.
 	BugKeepBrokenMount Bug = "keep-broken-mount"
 	// BugStageInProgressOK: a NodeStageVolume repeated while the first one of the volume is still
-	// running (slowed to 800ms by the bug) answers OK at once, before the volume is staged.
+	// running (slowed to 1.5s by the bug) answers OK at once, before the volume is staged.
 	BugStageInProgressOK Bug = "stage-in-progress-ok"
 	// BugUnmountedTeardownFails: NodeUnpublishVolume and NodeUnstageVolume of a path the plugin
 	// recorded but that is no longer mounted fail (umount's EINVAL passed on) instead of succeeding.

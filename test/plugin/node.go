@@ -57,7 +57,9 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 			return &csi.NodeStageVolumeResponse{}, nil
 		}
 		defer s.d.staging.Delete(id)
-		time.Sleep(bugSlowStage) // the work goes on whether or not the caller waits
+		if !bugPause(ctx, bugSlowFirstStage) {
+			return nil, status.Error(codes.Canceled, "bug stage-in-progress-ok: cancelled")
+		}
 	}
 	unlock := s.d.locks.lock(id)
 	defer unlock()
@@ -500,8 +502,9 @@ func applyMountGroup(dir, group string) error {
 
 // Pauses of the bugs that make a step slow.
 const (
-	bugSlowStage   = 800 * time.Millisecond
-	bugSlowPublish = 300 * time.Millisecond
+	bugSlowStage      = 800 * time.Millisecond
+	bugSlowFirstStage = 1500 * time.Millisecond
+	bugSlowPublish    = 300 * time.Millisecond
 )
 
 // failUnmounted is BugUnmountedTeardownFails: the error umount(2) gives for a path that is not a
