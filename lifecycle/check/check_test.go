@@ -298,3 +298,35 @@ func TestScenarioSelection(t *testing.T) {
 		t.Errorf("statuses = %s, want %s", got, want)
 	}
 }
+
+// TestSkipsWhatTheDriverDoesNotOffer: against the test plugin with its
+// default capabilities (STAGE_UNSTAGE_VOLUME only: no attach, no stats,
+// no expansion, no volume_mount_group; bind-mounted volumes) and not run by
+// the check, the scenarios that need more are skipped with the reason and
+// the others pass.
+func TestSkipsWhatTheDriverDoesNotOffer(t *testing.T) {
+	scratch := t.TempDir()
+	p := plugintest.Start(t, plugintest.Options{})
+	report, err := check.Run(t.Context(), check.Config{Endpoint: "unix://" + p.Endpoint, ScratchDir: scratch, Child: childCommand, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := map[string]string{
+		"volume-mount-group": "VOLUME_MOUNT_GROUP",
+		"volume-stats":       "GET_VOLUME_STATS",
+		"expand-published":   "EXPAND_VOLUME",
+		"driver-restart":     "--driver-command",
+	}
+	for _, res := range report.Results {
+		if why, ok := skipped[res.Name]; ok {
+			if res.Status != check.Skipped || !strings.Contains(res.Reason, why) {
+				t.Errorf("scenario %s: %s (%s), want skipped naming %s", res.Name, res.Status, res.Reason, why)
+			}
+			continue
+		}
+		if res.Status != check.Pass {
+			t.Errorf("scenario %s: %s (%s: expected %s, got %s)", res.Name, res.Status, res.Reason, res.Expected, res.Got)
+		}
+	}
+	assertNothingLeft(t, scratch)
+}
