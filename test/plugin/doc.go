@@ -21,7 +21,8 @@
 // plugin process itself (staging path: a loopback FUSE mount of its directory; target: a bind mount
 // of that): when the plugin dies, its mounts answer ENOTCONN, as a FUSE driver's do, until
 // NodeStageVolume and NodePublishVolume are repeated at the same paths. Any repeated stage or publish
-// replaces a broken mount at its path.
+// replaces a broken mount at its path. statfs of a FUSE volume reports the volume's size (grown by
+// NodeExpandVolume), as a block-backed driver's file system would.
 //
 // With EXPAND_VOLUME, ControllerExpandVolume grows a volume and asks for node expansion; the size of
 // a filesystem volume's file system (NodeGetVolumeStats' total) grows with NodeExpandVolume. With
@@ -72,7 +73,8 @@
 //	  "volumeHealth": {                  // optional: NodeGetVolumeHealth conditions by volume ID
 //	    "vol-…": {"status": "DEGRADED", "reason": "SlowDisk", "message": "…"}
 //	  },
-//	  "maxVolumesPerNode": 2             // optional: replaces --max-volumes-per-node while set
+//	  "maxVolumesPerNode": 2,            // optional: replaces --max-volumes-per-node while set
+//	  "bugs": ["ignore-readonly"]        // optional: driver bugs to switch on (see Bug), for csi-volmgr check's tests
 //	}
 //
 // Rules are tried in order and the first matching rule with firings left applies; its actions run in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"sync"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -30,8 +31,11 @@ type driver struct {
 	locks keyMutex
 	// fuse serves the FUSE mounts of FUSE-backed volumes (FuseParameter).
 	fuse fuseServers
-	// faults, when set, holds the control file's runtime knobs (volume conditions, max volumes).
+	// faults, when set, holds the control file's runtime knobs (volume conditions, max volumes, bugs).
 	faults *faultInjector
+	// staging and publishing hold the volumes whose stage or publish runs, for the bugs that
+	// look at them (BugStageInProgressOK, BugAbortConcurrentPublish).
+	staging, publishing sync.Map
 }
 
 // volumeSource is what a mount of the volume shows: the backing directory for a filesystem volume,

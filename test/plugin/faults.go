@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -151,6 +152,9 @@ type FaultConfig struct {
 	// NodeGetInfo reports it and ControllerPublishVolume enforces it, as a driver whose limit changes
 	// at run time (KEP-4876).
 	MaxVolumesPerNode *int64 `json:"maxVolumesPerNode,omitempty"`
+	// Bugs switch on driver bugs (see Bug): behaviours a real node plugin gets wrong, for the tests of
+	// `csi-volmgr check`, each of which one of its scenarios must catch.
+	Bugs []Bug `json:"bugs,omitempty"`
 }
 
 // Validate checks every rule. Its errors wrap ErrInvalidFault.
@@ -162,6 +166,11 @@ func (c FaultConfig) Validate() error {
 	}
 	if c.MaxVolumesPerNode != nil && *c.MaxVolumesPerNode < 0 {
 		return fmt.Errorf("%w: maxVolumesPerNode %d is negative", ErrInvalidFault, *c.MaxVolumesPerNode)
+	}
+	for _, b := range c.Bugs {
+		if !slices.Contains(AllBugs(), b) {
+			return fmt.Errorf("%w: unknown bug %q", ErrInvalidFault, b)
+		}
 	}
 	for i, r := range c.Rules {
 		if err := r.validate(); err != nil {
@@ -205,6 +214,7 @@ type faultInjector struct {
 	// health and maxVolumes are the file's VolumeHealth and MaxVolumesPerNode.
 	health     map[string]HealthReport
 	maxVolumes *int64
+	bugs       []Bug
 	// key is the hash of the control file content; fired counts are kept per key.
 	key   string
 	fired []int
@@ -313,7 +323,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	if f.loaded && bytes.Equal(data, f.content) {
 		return
 	}
-	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes = true, data, nil, nil, nil, nil
+	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs = true, data, nil, nil, nil, nil, nil
 	if len(data) == 0 {
 		return
 	}
@@ -329,7 +339,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	sum := sha256.Sum256(data)
 	f.key = hex.EncodeToString(sum[:])
 	f.rules = cfg.Rules
-	f.health, f.maxVolumes = cfg.VolumeHealth, cfg.MaxVolumesPerNode
+	f.health, f.maxVolumes, f.bugs = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs
 	f.fired = make([]int, len(cfg.Rules))
 	if counts, err := f.loadCounts(); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to load fault counts")
@@ -391,4 +401,15 @@ func (f *faultInjector) maxVolumesOverride(ctx context.Context) (int64, bool) {
 		return 0, false
 	}
 	return *f.maxVolumes, true
+}
+
+// hasBug says whether the control file switches bug b on.
+func (f *faultInjector) hasBug(ctx context.Context, b Bug) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	return slices.Contains(f.bugs, b)
 }

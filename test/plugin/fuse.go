@@ -1,11 +1,13 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -44,6 +46,9 @@ func isFuse(v *Volume) bool {
 
 // fuseServers are the FUSE file systems this plugin process serves, by mount point.
 type fuseServers struct {
+	// size returns the size of a volume's file system, which statfs of its FUSE mounts reports.
+	size func(id string) int64
+
 	mu      sync.Mutex
 	servers map[string]*fuse.Server
 }
@@ -65,13 +70,19 @@ func fuseMountAt(path, id string) (*mountinfo.Info, error) {
 }
 
 // mount serves a loopback of the volume's directory over FUSE at path, replacing a broken FUSE mount
-// of the volume that a dead plugin process left there. A healthy mount is kept.
-func (f *fuseServers) mount(logger klog.Logger, v *Volume, path string) error {
+// of the volume that a dead plugin process left there. A healthy mount is kept. keepBroken
+// (BugKeepBrokenMount) keeps a broken one too; unchecked (BugStageUncheckedMount) mounts without
+// looking at what is mounted there.
+func (f *fuseServers) mount(logger klog.Logger, v *Volume, path string, keepBroken, unchecked bool) error {
 	m, err := fuseMountAt(path, v.ID)
 	if err != nil {
 		return err
 	}
-	if m != nil {
+	if m != nil && keepBroken {
+		logger.Info("Bug keep-broken-mount: keeping whatever FUSE mount is there", "path", path)
+		return nil
+	}
+	if m != nil && !unchecked {
 		_, statErr := os.Stat(path)
 		if statErr == nil {
 			logger.V(4).Info("FUSE file system already mounted", "path", path)
@@ -88,7 +99,7 @@ func (f *fuseServers) mount(logger klog.Logger, v *Volume, path string) error {
 	if err := os.MkdirAll(path, 0o750); err != nil {
 		return fmt.Errorf("create directory %s: %w", path, err)
 	}
-	root, err := fs.NewLoopbackRoot(v.Path)
+	root, err := f.newRoot(v)
 	if err != nil {
 		return fmt.Errorf("serve %s over FUSE: %w", v.Path, err)
 	}
@@ -183,4 +194,49 @@ func fuseMountsOf(ids map[string]bool) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// sizedRoot is the root of a FUSE volume: a loopback of its directory whose statfs reports the
+// volume's size (the file system a block-backed driver would have made, grown by NodeExpandVolume)
+// rather than the size of the file system that holds the directory.
+type sizedRoot struct {
+	*fs.LoopbackNode
+	size func() int64
+}
+
+var _ = (fs.NodeStatfser)((*sizedRoot)(nil))
+
+// Statfs reports the volume's size as the blocks, the free blocks of the file system below capped by it.
+func (n *sizedRoot) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	if errno := n.LoopbackNode.Statfs(ctx, out); errno != 0 {
+		return errno
+	}
+	bsize := uint64(out.Bsize)
+	if bsize == 0 {
+		bsize = 4096
+		out.Bsize = uint32(bsize)
+	}
+	if size := n.size(); size > 0 {
+		out.Blocks = uint64(size) / bsize
+		out.Bfree, out.Bavail = min(out.Bfree, out.Blocks), min(out.Bavail, out.Blocks)
+	}
+	return fs.OK
+}
+
+// newRoot returns the root node of v's FUSE file system.
+func (f *fuseServers) newRoot(v *Volume) (fs.InodeEmbedder, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(v.Path, &st); err != nil {
+		return nil, err
+	}
+	id := v.ID
+	r := &fs.LoopbackRoot{Path: v.Path, Dev: st.Dev}
+	root := &sizedRoot{LoopbackNode: &fs.LoopbackNode{RootData: r}, size: func() int64 {
+		if f.size == nil {
+			return 0
+		}
+		return f.size(id)
+	}}
+	r.RootNode = root
+	return root, nil
 }

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
@@ -49,6 +51,16 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := checkMountGroup(c); err != nil {
 		return nil, err
 	}
+	if s.d.bug(ctx, BugStageInProgressOK) {
+		if _, running := s.d.staging.LoadOrStore(id, true); running {
+			klog.FromContext(ctx).Info("Bug stage-in-progress-ok: answering OK while the first stage runs", "volume", id)
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+		defer s.d.staging.Delete(id)
+		if !bugPause(ctx, bugSlowFirstStage) {
+			return nil, status.Error(codes.Canceled, "bug stage-in-progress-ok: cancelled")
+		}
+	}
 	unlock := s.d.locks.lock(id)
 	defer unlock()
 
@@ -78,7 +90,10 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 
 	logger := klog.FromContext(ctx).WithValues("volume", id, "stagingTargetPath", path)
-	if err := s.stage(logger, &v, want); err != nil {
+	if err := s.stage(ctx, logger, &v, want); err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
 		return nil, ioStatus(err)
 	}
 	if v.Staged == nil {
@@ -90,13 +105,35 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-func (s *nodeServer) stage(logger klog.Logger, v *Volume, st Staging) error {
+func (s *nodeServer) stage(ctx context.Context, logger klog.Logger, v *Volume, st Staging) error {
 	if v.AccessType == AccessMount {
-		if err := applyMountGroup(v.Path, st.MountGroup); err != nil {
-			return err
+		if !s.d.bug(ctx, BugIgnoreMountGroup) {
+			if err := applyMountGroup(v.Path, st.MountGroup); err != nil {
+				return err
+			}
+		}
+		if v.Staged == nil && s.d.bug(ctx, BugFormatOnStage) {
+			if err := emptyDir(v.Path); err != nil {
+				return err
+			}
+		}
+		if v.Staged == nil && s.d.bug(ctx, BugStageUncheckedMount) {
+			var err error
+			if isFuse(v) {
+				err = s.d.fuse.mount(logger, v, st.Path, false, true)
+			} else if err = makeMountPoint(st.Path, false); err == nil {
+				err = bindMount(s.d.mounter, v.Path, st.Path, bindOptions(false, st.MountFlags))
+			}
+			if err != nil {
+				return err
+			}
+			if !bugPause(ctx, bugSlowStage) {
+				return status.Error(codes.Canceled, "bug stage-unchecked-mount: cancelled after mounting, before recording")
+			}
+			return nil
 		}
 		if isFuse(v) {
-			return s.d.fuse.mount(logger, v, st.Path)
+			return s.d.fuse.mount(logger, v, st.Path, s.d.bug(ctx, BugKeepBrokenMount), false)
 		}
 		return ensureBindMount(logger, s.d.mounter, v.Path, st.Path, v.Path, false, bindOptions(false, st.MountFlags))
 	}
@@ -135,6 +172,15 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %d target paths", id, len(v.Published))
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", id, "stagingTargetPath", path)
+	if recorded && s.d.bug(ctx, BugUnmountedTeardownFails) {
+		mountPoint := path
+		if v.AccessType == AccessBlock {
+			mountPoint = filepath.Join(path, blockDeviceFile)
+		}
+		if err := failUnmounted(s.d.mounter, mountPoint); err != nil {
+			return nil, err
+		}
+	}
 	source, err := s.d.volumeSource(&v)
 	if err != nil {
 		return nil, ioStatus(err)
@@ -200,6 +246,13 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 			return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
 		}
 	}
+	if s.d.bug(ctx, BugAbortConcurrentPublish) {
+		if _, running := s.d.publishing.LoadOrStore(id, true); running {
+			return nil, status.Errorf(codes.Aborted, "bug abort-concurrent-publish: a publish of volume %s is in progress", id)
+		}
+		defer s.d.publishing.Delete(id)
+		time.Sleep(bugSlowPublish)
+	}
 	unlock := s.d.locks.lock(id)
 	defer unlock()
 
@@ -238,7 +291,25 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 
 	logger := klog.FromContext(ctx).WithValues("volume", id, "targetPath", target)
-	if err := s.publish(logger, &v, target, want); err != nil {
+	if _, exists := v.Published[target]; exists && s.d.bug(ctx, BugPublishStacksMount) {
+		if _, err := os.Stat(target); err == nil && v.AccessType == AccessMount {
+			from := v.Path
+			if staging != "" {
+				from = staging
+			}
+			if err := bindMount(s.d.mounter, from, target, bindOptions(want.ReadOnly, want.MountFlags)); err != nil {
+				return nil, ioStatus(err)
+			}
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+	}
+	mounted := want
+	mounted.ReadOnly = want.ReadOnly && !s.d.bug(ctx, BugIgnoreReadOnly)
+	if v.AccessType == AccessBlock && s.d.bug(ctx, BugBlockPublishWithoutMount) {
+		if err := makeMountPoint(target, true); err != nil {
+			return nil, ioStatus(err)
+		}
+	} else if err := s.publish(logger, &v, target, mounted); err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
@@ -338,6 +409,23 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, notFound(id)
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", id, "targetPath", target)
+	if _, recorded := v.Published[target]; recorded && s.d.bug(ctx, BugUnmountedTeardownFails) {
+		if err := failUnmounted(s.d.mounter, target); err != nil {
+			return nil, err
+		}
+	}
+	if s.d.bug(ctx, BugUnpublishTrustsRecord) {
+		if _, recorded := v.Published[target]; !recorded {
+			logger.Info("Bug unpublish-trusts-record: no record of the target, answering OK")
+			return &csi.NodeUnpublishVolumeResponse{}, nil
+		}
+		if _, err := s.d.store.update(id, func(v *Volume) error { delete(v.Published, target); return nil }); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if !bugPause(ctx, bugSlowStage) {
+			return nil, status.Error(codes.Canceled, "bug unpublish-trusts-record: cancelled after forgetting the target, before unmounting")
+		}
+	}
 	source, err := s.d.volumeSource(&v)
 	if err != nil {
 		return nil, ioStatus(err)
@@ -410,4 +498,21 @@ func applyMountGroup(dir, group string) error {
 		return fmt.Errorf("chmod volume directory: %w", err)
 	}
 	return nil
+}
+
+// Pauses of the bugs that make a step slow.
+const (
+	bugSlowStage      = 800 * time.Millisecond
+	bugSlowFirstStage = 1500 * time.Millisecond
+	bugSlowPublish    = 300 * time.Millisecond
+)
+
+// failUnmounted is BugUnmountedTeardownFails: the error umount(2) gives for a path that is not a
+// mount point, as a driver that unmounts without looking passes it on.
+func failUnmounted(m mount.Interface, path string) error {
+	mounted, err := m.IsMountPoint(path)
+	if err != nil || mounted {
+		return nil
+	}
+	return status.Errorf(codes.Internal, "bug unmounted-teardown-fails: umount %s: %v", path, unix.EINVAL)
 }

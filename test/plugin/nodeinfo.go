@@ -68,7 +68,7 @@ func (s *nodeServer) volumeAt(id, path string) (Volume, error) {
 
 // NodeGetVolumeStats reports the bytes used by the files of a filesystem volume against the size of its
 // file system, the inodes of the filesystem holding it, or the size of a block volume.
-func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+func (s *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	if !s.d.cfg.Capabilities.VolumeStats {
 		return nil, status.Error(codes.Unimplemented, "the GET_VOLUME_STATS capability is off")
 	}
@@ -95,6 +95,9 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	used, err := usedBytes(path)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if s.d.bug(ctx, BugStatsUsedZero) {
+		used = 0
 	}
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(path, &sfs); err != nil {
@@ -207,6 +210,9 @@ func (s *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 		if err := checkAccessType(&v, c); err != nil {
 			return nil, err
 		}
+	}
+	if s.d.bug(ctx, BugExpandNoop) {
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: required}, nil
 	}
 	if required <= v.filesystemBytes() {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: v.filesystemBytes()}, nil

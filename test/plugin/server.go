@@ -69,6 +69,13 @@ func New(cfg Config) (*Server, error) {
 		s.faults = newFaultInjector(cfg.ControlFile, stateDir, j)
 		s.d.faults = s.faults
 	}
+	s.d.fuse.size = func(id string) int64 {
+		v, ok := s.d.store.get(id)
+		if !ok {
+			return 0
+		}
+		return v.filesystemBytes()
+	}
 	return s, nil
 }
 

@@ -29,7 +29,8 @@ func NewRootCommand(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(newRunCommand(), newStatusCommand(), newDriversCommand(), newProbeCommand(), newVersionCommand(), newConfigCommand())
+	root.AddCommand(newRunCommand(), newStatusCommand(), newDriversCommand(), newProbeCommand(), newVersionCommand(), newConfigCommand(),
+		newCheckCommand(), newCheckStepCommand())
 	return root
 }
 

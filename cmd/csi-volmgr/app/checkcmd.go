@@ -1,0 +1,151 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
+)
+
+// checkStepCommand is the hidden command a check runs its volume manager
+// processes with: one step, then SIGKILL.
+const checkStepCommand = "check-step"
+
+// newCheckCommand is `csi-volmgr check`: the kubelet's lifecycle against a
+// CSI node plugin, scenario by scenario (lifecycle/check).
+func newCheckCommand() *cobra.Command {
+	var (
+		cfg                   check.Config
+		scenario, junit, out  string
+		verbose               bool
+		params, volumeContext map[string]string
+	)
+	cmd := &cobra.Command{
+		Use:   "check --endpoint unix:///path/csi.sock",
+		Short: "Run the kubelet's volume lifecycle against a CSI node plugin, scenario by scenario, without a cluster; exit non-zero on any failure",
+		Long: `check drives a CSI node plugin through the sequences the kubelet makes, with csi-volmgr's own
+operations (the kubelet's paths, durable records, uncertain states and timeouts), in a scratch
+root it removes afterwards, also after a failure or Ctrl-C. Scenarios: ` + fmt.Sprint(check.Scenarios()) + `.
+Volumes are created through the driver's controller service when it offers one, else --volume-handle
+is used; what the driver does not offer is skipped with the reason.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out != "table" && out != "json" {
+				return fmt.Errorf("--output %q: want table or json", out)
+			}
+			if scenario != "" {
+				re, err := regexp.Compile(scenario)
+				if err != nil {
+					return fmt.Errorf("--scenario: %w", err)
+				}
+				cfg.Scenario = re
+			}
+			cfg.Params, cfg.VolumeContext = params, volumeContext
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.Child = func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, self, checkStepCommand) }
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			logger := logr.Discard()
+			if verbose {
+				logger = klog.Background().WithName("csi-volmgr-check")
+			} else {
+				// The gRPC connection's own messages (a lost connection
+				// while the driver restarts) go to the global logger.
+				quiet := flag.NewFlagSet("klog", flag.ContinueOnError)
+				klog.InitFlags(quiet)
+				_ = quiet.Set("logtostderr", "false")
+				_ = quiet.Set("stderrthreshold", "FATAL")
+				klog.SetOutput(io.Discard)
+			}
+			ctx = klog.NewContext(ctx, logger)
+			errOut := cmd.ErrOrStderr()
+			cfg.Progress = func(name string, r *check.Result) {
+				if r != nil {
+					fmt.Fprintf(errOut, "%-26s %-8s %.2fs\n", name, r.Status, r.Duration.Seconds())
+				}
+			}
+			report, runErr := check.Run(ctx, cfg)
+			if report == nil {
+				return runErr
+			}
+			if junit != "" {
+				f, err := os.Create(junit)
+				if err != nil {
+					return err
+				}
+				err = report.WriteJUnit(f)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("writing %s: %w", junit, err)
+				}
+			}
+			if out == "json" {
+				err = report.WriteJSON(cmd.OutOrStdout())
+			} else {
+				err = report.WriteTable(cmd.OutOrStdout())
+			}
+			if err != nil {
+				return err
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if report.Failed() {
+				if len(report.Cleanup) > 0 {
+					return fmt.Errorf("%d of %d scenarios failed, and the cleanup found %d problems", report.Count(check.Fail), len(report.Results), len(report.Cleanup))
+				}
+				return fmt.Errorf("%d of %d scenarios failed", report.Count(check.Fail), len(report.Results))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Endpoint, "endpoint", "", "The node plugin's CSI endpoint, unix:///path/csi.sock.")
+	f.StringVar(&cfg.ControllerEndpoint, "controller-endpoint", "", "The controller plugin's CSI endpoint; empty means --endpoint. Its controller service creates, attaches, expands and deletes the check's volumes.")
+	f.StringVar(&cfg.DriverCommand, "driver-command", "", "A shell command that runs the node plugin: the check starts it, kills (SIGKILL) and restarts it in the driver-restart scenario, and stops it at the end.")
+	f.StringToStringVar(&params, "params", nil, "CreateVolume parameters, k=v,k2=v2.")
+	f.StringVar(&cfg.VolumeHandle, "volume-handle", "", "A filesystem volume to use when the driver has no controller service to create volumes.")
+	f.StringToStringVar(&volumeContext, "volume-context", nil, "The volume context of --volume-handle, k=v,k2=v2.")
+	f.StringVar(&scenario, "scenario", "", "Run only the scenarios whose name matches this regular expression.")
+	f.StringVar(&junit, "junit", "", "Also write the report as JUnit XML to this file.")
+	f.StringVarP(&out, "output", "o", "table", "Report format: table or json.")
+	f.StringVar(&cfg.ScratchDir, "scratch-dir", "", "Where the scratch root is made (and removed); empty means the system's temporary directory.")
+	f.DurationVar(&cfg.Timeout, "timeout", 0, "Timeout of each CSI call; 0 means the kubelet's 2m.")
+	f.BoolVarP(&verbose, "verbose", "v", false, "Log the volume manager's steps to stderr.")
+	_ = cmd.MarkFlagRequired("endpoint")
+	return cmd
+}
+
+// newCheckStepCommand is the volume manager process of check's crash
+// scenarios (check.RunChild); not for people.
+func newCheckStepCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    checkStepCommand,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := klog.NewContext(cmd.Context(), logr.Discard())
+			if code := check.RunChild(ctx, cmd.InOrStdin(), cmd.OutOrStdout()); code != 0 {
+				return errors.New("check step failed")
+			}
+			return nil
+		},
+	}
+}

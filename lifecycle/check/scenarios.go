@@ -1,0 +1,668 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
+)
+
+// scenario is one kubelet sequence the check drives the driver through.
+type scenario struct {
+	name, title string
+	// needs returns why the driver cannot be checked with the scenario,
+	// "" when it can.
+	needs func(e *env) string
+	run   func(ctx context.Context, r *run) error
+}
+
+// Expectations, as the report states them.
+const (
+	expectStage     = "NodeStageVolume to succeed"
+	expectPublish   = "NodePublishVolume to succeed"
+	expectUnpublish = "NodeUnpublishVolume to succeed and the target path to be unmounted (the kubelet removes it next)"
+	expectUnstage   = "NodeUnstageVolume to succeed and nothing to stay mounted at the staging path"
+)
+
+func scenarios() []scenario {
+	fsVolume := func(e *env) string {
+		if !e.canCreate() && e.cfg.VolumeHandle == "" {
+			return "no volume: the driver offers no CREATE_DELETE_VOLUME controller capability and no --volume-handle was given"
+		}
+		return ""
+	}
+	all := func(checks ...func(e *env) string) func(e *env) string {
+		return func(e *env) string {
+			for _, c := range checks {
+				if reason := c(e); reason != "" {
+					return reason
+				}
+			}
+			return ""
+		}
+	}
+	nodeCap := func(t csi.NodeServiceCapability_RPC_Type) func(e *env) string {
+		return func(e *env) string {
+			if !e.nodeCaps.Has(t) {
+				return "the driver does not offer the node capability " + t.String()
+			}
+			return ""
+		}
+	}
+	child := func(e *env) string {
+		if e.cfg.Child == nil {
+			return "no volume manager process can be started (check.Config.Child is not set)"
+		}
+		return ""
+	}
+	return []scenario{
+		{name: "publish-parallel", title: "stage once, publish to 3 pods in parallel, unpublish in reverse, unstage",
+			needs: fsVolume, run: publishParallel},
+		{name: "repeat-calls", title: "every call repeated as the kubelet repeats it: after a restart, after an answer lost",
+			needs: fsVolume, run: repeatCalls},
+		{name: "readonly-readwrite", title: "read-write and read-only publishes of one staged volume",
+			needs: fsVolume, run: readOnlyReadWrite},
+		{name: "teardown-unmounted", title: "unpublish and unstage of paths no longer mounted",
+			needs: fsVolume, run: teardownUnmounted},
+		{name: "data-survives-republish", title: "data written survives unpublish, unstage, stage and publish",
+			needs: fsVolume, run: dataSurvives},
+		{name: "block-two-pods", title: "block volume published to two pods: written through one, read through the other",
+			needs: func(e *env) string {
+				if !e.canCreate() {
+					return "no block volume: the driver offers no CREATE_DELETE_VOLUME controller capability"
+				}
+				return ""
+			}, run: blockTwoPods},
+		{name: "volume-mount-group", title: "volume_mount_group honoured: the pod's fsGroup owns the published volume",
+			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)), run: volumeMountGroup},
+		{name: "volume-stats", title: "NodeGetVolumeStats sane on a published volume, and following a write",
+			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_STATS)), run: volumeStats},
+		{name: "expand-published", title: "NodeExpandVolume on a published volume grows what statfs reports",
+			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_EXPAND_VOLUME)), run: expandPublished},
+		{name: "uncertain-stage", title: "NodeStageVolume held past a short deadline (uncertain), then retried",
+			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)), run: uncertainStage},
+		{name: "crash-after-stage", title: "volume manager SIGKILLed between stage and publish, the lifecycle completed from its records",
+			needs: all(fsVolume, child), run: crashAfterStage},
+		{name: "crash-after-unpublish", title: "volume manager SIGKILLed between unpublish and unstage, the lifecycle completed from its records",
+			needs: all(fsVolume, child), run: crashAfterUnpublish},
+		{name: "driver-restart", title: "driver killed and restarted while published: mounts probed and repaired as the agent does",
+			needs: all(fsVolume, func(e *env) string {
+				if e.proc == nil {
+					return "the check does not run the driver: give --driver-command"
+				}
+				return ""
+			}), run: driverRestart},
+	}
+}
+
+// Steps with their failures.
+
+func (r *run) stage(ctx context.Context, m *manager, v *vol, fsGroup *int64, step string) error {
+	if err := m.stage(ctx, v, fsGroup); err != nil {
+		return fail(step, expectStage, err)
+	}
+	return r.stagedOnce(m, v, step)
+}
+
+// stagedOnce checks that at most one mount is at the staging path.
+func (r *run) stagedOnce(m *manager, v *vol, step string) error {
+	if n, err := mountCount(m.stagingPath(v)); err != nil {
+		return err
+	} else if n > 1 {
+		return fail(step, "one mount at the staging path: NodeStageVolume is idempotent, a repeated call must not mount again",
+			fmt.Sprintf("%d mounts stacked at %s", n, m.stagingPath(v)))
+	}
+	return nil
+}
+
+func (r *run) publish(ctx context.Context, m *manager, v *vol, key volume.PodKey, pv volume.PodVolume, step string) (string, error) {
+	if err := m.ops.Publish(ctx, key, v.src, pv); err != nil {
+		return "", fail(step, expectPublish, err)
+	}
+	target, err := m.target(key)
+	if err != nil {
+		return "", err
+	}
+	if v.src.AccessType == volume.Filesystem {
+		if n, err := mountCount(target); err != nil {
+			return "", err
+		} else if n != 1 {
+			return "", fail(step, "the target path mounted once (the kubelet hands it to the pod as it is)",
+				fmt.Sprintf("%d mounts at %s", n, target))
+		}
+	}
+	return target, nil
+}
+
+func (r *run) unpublish(ctx context.Context, m *manager, key volume.PodKey, step string) error {
+	p, _ := m.world.Pod(key)
+	if err := m.ops.Unpublish(ctx, key); err != nil {
+		return fail(step, expectUnpublish, err)
+	}
+	if p.TargetPath != "" {
+		if n, err := mountCount(p.TargetPath); err != nil {
+			return err
+		} else if n > 0 {
+			return fail(step, expectUnpublish, fmt.Sprintf("%d mounts left at %s", n, p.TargetPath))
+		}
+	}
+	return nil
+}
+
+func (r *run) unstage(ctx context.Context, m *manager, v *vol, step string) error {
+	if err := m.ops.Unstage(ctx, v.name); err != nil {
+		return fail(step, expectUnstage, err)
+	}
+	if n, err := mountCount(m.stagingPath(v)); err != nil {
+		return err
+	} else if n > 0 {
+		return fail(step, expectUnstage, fmt.Sprintf("%d mounts left at %s", n, m.stagingPath(v)))
+	}
+	return nil
+}
+
+// setup makes a manager and a volume staged and published for the pods
+// given, returning their targets.
+func (r *run) setup(ctx context.Context, access volume.AccessType, pods ...int) (*manager, *vol, []string, error) {
+	m, err := r.newManager()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	v, err := r.newVolume(ctx, access)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := r.stage(ctx, m, v, nil, "stage"); err != nil {
+		return nil, nil, nil, err
+	}
+	var targets []string
+	for _, i := range pods {
+		key, pv := pod(v, i)
+		t, err := r.publish(ctx, m, v, key, pv, fmt.Sprintf("publish for pod-%d", i))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		targets = append(targets, t)
+	}
+	return m, v, targets, nil
+}
+
+// teardownAll unpublishes the pods given and unstages.
+func (r *run) teardownAll(ctx context.Context, m *manager, v *vol, pods ...int) error {
+	for _, i := range pods {
+		key, _ := pod(v, i)
+		if err := r.unpublish(ctx, m, key, fmt.Sprintf("unpublish for pod-%d", i)); err != nil {
+			return err
+		}
+	}
+	return r.unstage(ctx, m, v, "unstage")
+}
+
+// The scenarios.
+
+func publishParallel(ctx context.Context, r *run) error {
+	m, v, _, err := r.setup(ctx, volume.Filesystem)
+	if err != nil {
+		return err
+	}
+	const pods = 3
+	errs := make([]error, pods)
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() {
+			key, pv := pod(v, i)
+			errs[i] = m.ops.Publish(ctx, key, v.src, pv)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fail(fmt.Sprintf("publish for pod-%d, in parallel with pod-0..%d", i, pods-1),
+				"every publish to succeed: the kubelet publishes the pods of one staged volume in parallel (an Aborted answer makes it retry with backoff, delaying the pod)", err)
+		}
+	}
+	targets := make([]string, pods)
+	for i := range pods {
+		key, _ := pod(v, i)
+		if targets[i], err = m.target(key); err != nil {
+			return err
+		}
+		if n, err := mountCount(targets[i]); err != nil {
+			return err
+		} else if n != 1 {
+			return fail(fmt.Sprintf("publish for pod-%d", i), "the target path mounted once", fmt.Sprintf("%d mounts at %s", n, targets[i]))
+		}
+	}
+	data := randomData(4096)
+	if err := writeData(targets[0], data); err != nil {
+		return fail("writing through pod-0's target", "a writable volume", err)
+	}
+	for i := 1; i < pods; i++ {
+		if what := checkData(targets[i], data); what != "" {
+			return fail(fmt.Sprintf("reading through pod-%d's target", i), "the data written through pod-0: every pod sees the one staged volume", what)
+		}
+	}
+	return r.teardownAll(ctx, m, v, 2, 1, 0)
+}
+
+func repeatCalls(ctx context.Context, r *run) error {
+	m, v, _, err := r.setup(ctx, volume.Filesystem)
+	if err != nil {
+		return err
+	}
+	if err := r.stage(ctx, m, v, nil, "stage repeated (as after a restart of the kubelet)"); err != nil {
+		return err
+	}
+	key, pv := pod(v, 0)
+	if _, err := r.publish(ctx, m, v, key, pv, "publish"); err != nil {
+		return err
+	}
+	if _, err := r.publish(ctx, m, v, key, pv, "publish repeated (as after a restart of the kubelet)"); err != nil {
+		return err
+	}
+	r.rec.interfere("NodeUnpublishVolume", loseAnswer)
+	if err := m.ops.Unpublish(ctx, key); err == nil {
+		return errors.New("the unpublish whose answer was lost did not fail")
+	}
+	if p, _ := m.world.Pod(key); p.State != volume.PublishUncertain {
+		return fmt.Errorf("the unpublish whose answer was lost left the publish %v, not uncertain", p.State)
+	}
+	if err := r.unpublish(ctx, m, key, "unpublish repeated after its answer was lost"); err != nil {
+		return err
+	}
+	if r.nodeCaps.StageUnstage() {
+		r.rec.interfere("NodeUnstageVolume", loseAnswer)
+		if err := m.ops.Unstage(ctx, v.name); err == nil {
+			return errors.New("the unstage whose answer was lost did not fail")
+		}
+	}
+	return r.unstage(ctx, m, v, "unstage repeated after its answer was lost")
+}
+
+func readOnlyReadWrite(ctx context.Context, r *run) error {
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0)
+	if err != nil {
+		return err
+	}
+	key, pv := pod(v, 1)
+	pv.ReadOnly = true
+	ro, err := r.publish(ctx, m, v, key, pv, "read-only publish for pod-1")
+	if err != nil {
+		return err
+	}
+	data := randomData(4096)
+	if err := writeData(targets[0], data); err != nil {
+		return fail("writing through pod-0's read-write target", "a writable volume", err)
+	}
+	if what := checkData(ro, data); what != "" {
+		return fail("reading through pod-1's read-only target", "the data written through pod-0", what)
+	}
+	err = writeData(ro, randomData(16))
+	if err == nil {
+		return fail("writing through pod-1's read-only target", "EROFS: NodePublishVolume with readonly=true mounts the target read-only", "the write succeeded")
+	}
+	if !errors.Is(err, syscall.EROFS) && !errors.Is(err, fs.ErrPermission) {
+		return fail("writing through pod-1's read-only target", "EROFS (a read-only mount)", err)
+	}
+	if what := checkData(targets[0], data); what != "" {
+		return fail("reading through pod-0's target", "the data written through pod-0", what)
+	}
+	return r.teardownAll(ctx, m, v, 1, 0)
+}
+
+func teardownUnmounted(ctx context.Context, r *run) error {
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0)
+	if err != nil {
+		return err
+	}
+	if err := unmountAll(targets[0]); err != nil {
+		return err
+	}
+	key, _ := pod(v, 0)
+	if err := r.unpublish(ctx, m, key, "unpublish of a target no longer mounted"); err != nil {
+		return err
+	}
+	if err := unmountAll(m.stagingPath(v)); err != nil {
+		return err
+	}
+	return r.unstage(ctx, m, v, "unstage of a staging path no longer mounted")
+}
+
+// unmountAll unmounts what is mounted at path, as a node administrator
+// or a reboot does behind the driver's back.
+func unmountAll(path string) error {
+	for {
+		n, err := mountCount(path)
+		if err != nil || n == 0 {
+			return err
+		}
+		if err := syscall.Unmount(path, 0); err != nil {
+			if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmounting %s: %w", path, err)
+			}
+		}
+	}
+}
+
+func dataSurvives(ctx context.Context, r *run) error {
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0)
+	if err != nil {
+		return err
+	}
+	data := randomData(64 << 10)
+	if err := writeData(targets[0], data); err != nil {
+		return fail("writing through pod-0's target", "a writable volume", err)
+	}
+	if err := r.teardownAll(ctx, m, v, 0); err != nil {
+		return err
+	}
+	if err := r.stage(ctx, m, v, nil, "stage again"); err != nil {
+		return err
+	}
+	key, pv := pod(v, 1)
+	target, err := r.publish(ctx, m, v, key, pv, "publish for pod-1")
+	if err != nil {
+		return err
+	}
+	if what := checkData(target, data); what != "" {
+		return fail("reading through pod-1's target", "the data pod-0 wrote: a volume keeps its data across unstage and stage (no new file system on a volume that has one)", what)
+	}
+	return r.teardownAll(ctx, m, v, 1)
+}
+
+func blockTwoPods(ctx context.Context, r *run) error {
+	m, v, devs, err := r.setup(ctx, volume.Block, 0, 1)
+	if err != nil {
+		return err
+	}
+	data := randomData(4096)
+	if err := writeDevice(devs[0], data); err != nil {
+		return fail("writing through pod-0's device", "a writable block device", err)
+	}
+	got, err := readDevice(devs[1], len(data))
+	if err != nil {
+		return fail("reading through pod-1's device", "the block written through pod-0", err)
+	}
+	if string(got) != string(data) {
+		return fail("reading through pod-1's device", "the block written through pod-0: both pods' devices are the one volume", "other bytes")
+	}
+	return r.teardownAll(ctx, m, v, 1, 0)
+}
+
+func volumeMountGroup(ctx context.Context, r *run) error {
+	m, err := r.newManager()
+	if err != nil {
+		return err
+	}
+	v, err := r.newVolume(ctx, volume.Filesystem)
+	if err != nil {
+		return err
+	}
+	group := int64(54321)
+	if err := r.stage(ctx, m, v, &group, "stage with volume_mount_group"); err != nil {
+		return err
+	}
+	key, pv := pod(v, 0)
+	pv.FSGroup = &group
+	target, err := r.publish(ctx, m, v, key, pv, "publish with volume_mount_group")
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(target)
+	if err != nil {
+		return err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if int64(st.Gid) != group || fi.Mode().Perm()&0o020 == 0 {
+		return fail("the published volume's group", fmt.Sprintf("group %d with write access (volume_mount_group): with VOLUME_MOUNT_GROUP the kubelet leaves the pod's fsGroup to the driver and changes no ownership itself", group),
+			fmt.Sprintf("group %d, mode %v", st.Gid, fi.Mode().Perm()))
+	}
+	return r.teardownAll(ctx, m, v, 0)
+}
+
+func volumeStats(ctx context.Context, r *run) error {
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0)
+	if err != nil {
+		return err
+	}
+	stats := func(step string) (*csi.VolumeUsage, error) {
+		req := &csi.NodeGetVolumeStatsRequest{VolumeId: v.src.Handle, VolumePath: targets[0]}
+		if r.nodeCaps.StageUnstage() {
+			req.StagingTargetPath = m.stagingPath(v)
+		}
+		resp, err := r.rec.NodeGetVolumeStats(ctx, req)
+		if err != nil {
+			return nil, fail(step, "NodeGetVolumeStats to succeed on a published volume", err)
+		}
+		var bytes *csi.VolumeUsage
+		for _, u := range resp.GetUsage() {
+			if u.GetTotal() < 0 || u.GetUsed() < 0 || u.GetAvailable() < 0 || (u.GetTotal() > 0 && (u.GetUsed() > u.GetTotal() || u.GetAvailable() > u.GetTotal())) {
+				return nil, fail(step, "usage with 0 <= used, available <= total", fmt.Sprintf("%s total %d used %d available %d", u.GetUnit(), u.GetTotal(), u.GetUsed(), u.GetAvailable()))
+			}
+			if u.GetUnit() == csi.VolumeUsage_BYTES {
+				bytes = u
+			}
+		}
+		if bytes == nil || bytes.GetTotal() == 0 {
+			return nil, fail(step, "a BYTES usage with its total (the kubelet's kubelet_volume_stats_capacity_bytes)", resp.GetUsage())
+		}
+		return bytes, nil
+	}
+	before, err := stats("NodeGetVolumeStats")
+	if err != nil {
+		return err
+	}
+	const written = 1 << 20
+	if err := writeData(targets[0], randomData(written)); err != nil {
+		return fail("writing 1 MiB through the target", "a writable volume", err)
+	}
+	after, err := stats("NodeGetVolumeStats after writing 1 MiB")
+	if err != nil {
+		return err
+	}
+	if after.GetUsed()-before.GetUsed() < written/2 {
+		return fail("NodeGetVolumeStats after writing 1 MiB", "used bytes grown by about 1 MiB (kubelet_volume_stats_used_bytes)",
+			fmt.Sprintf("used %d before, %d after", before.GetUsed(), after.GetUsed()))
+	}
+	return r.teardownAll(ctx, m, v, 0)
+}
+
+func expandPublished(ctx context.Context, r *run) error {
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0)
+	if err != nil {
+		return err
+	}
+	before, err := statfsBytes(targets[0])
+	if err != nil {
+		return err
+	}
+	size := max(v.src.CapacityBytes, before)
+	required := 2 * size
+	if r.hasController && r.ctrlCaps.Has(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME) {
+		start := time.Now()
+		_, err := r.ctrl.Controller().ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
+			VolumeId: v.src.Handle, CapacityRange: &csi.CapacityRange{RequiredBytes: required},
+			VolumeCapability: &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}},
+		})
+		r.rec.controller("ControllerExpandVolume", start, err)
+		if err != nil {
+			return fail("ControllerExpandVolume", "the volume grown", err)
+		}
+	}
+	key, _ := pod(v, 0)
+	if _, err := m.ops.Expand(ctx, key, v.src, required); err != nil {
+		return fail("NodeExpandVolume on the published volume", "NodeExpandVolume to succeed", err)
+	}
+	after, err := statfsBytes(targets[0])
+	if err != nil {
+		return err
+	}
+	if after <= before {
+		return fail("statfs of the target after NodeExpandVolume", fmt.Sprintf("the file system grown towards %d bytes: the kubelet reports the claim resized once NodeExpandVolume succeeded", required),
+			fmt.Sprintf("%d bytes before, %d after", before, after))
+	}
+	return r.teardownAll(ctx, m, v, 0)
+}
+
+func uncertainStage(ctx context.Context, r *run) error {
+	m, err := r.newManager()
+	if err != nil {
+		return err
+	}
+	v, err := r.newVolume(ctx, volume.Filesystem)
+	if err != nil {
+		return err
+	}
+	r.rec.interfere("NodeStageVolume", withhold)
+	if err := m.stage(ctx, v, nil); err == nil {
+		return errors.New("the held NodeStageVolume did not fail")
+	}
+	if st, _ := m.world.Volume(v.name); st.Stage != volume.StageUncertain {
+		return fmt.Errorf("the held NodeStageVolume left the volume %v, not uncertain", st.Stage)
+	}
+	if err := sleep(ctx, r.cfg.RetryDelay); err != nil {
+		return err
+	}
+	if err := r.stage(ctx, m, v, nil, "NodeStageVolume retried after the uncertain one"); err != nil {
+		return err
+	}
+	key, pv := pod(v, 0)
+	target, err := r.publish(ctx, m, v, key, pv, "publish right after the retried stage answered OK")
+	if err != nil {
+		var f *failure
+		if errors.As(err, &f) {
+			f.expected += ": a NodeStageVolume answers OK only once the volume is staged, also while an earlier call for it still runs"
+		}
+		return err
+	}
+	data := randomData(4096)
+	if err := writeData(target, data); err != nil {
+		return fail("writing through the target", "a writable volume", err)
+	}
+	return r.teardownAll(ctx, m, v, 0)
+}
+
+func crashAfterStage(ctx context.Context, r *run) error {
+	v, err := r.newVolume(ctx, volume.Filesystem)
+	if err != nil {
+		return err
+	}
+	if _, err := r.crash(ctx, v, 0, []string{"stage"}); err != nil {
+		return err
+	}
+	if err := sleep(ctx, r.cfg.RestartDelay); err != nil {
+		return err
+	}
+	m, err := r.newManager()
+	if err != nil {
+		return err
+	}
+	if err := reconstructInto(ctx, m); err != nil {
+		return err
+	}
+	if _, ok := m.world.Volume(v.name); !ok {
+		return errors.New("the restarted volume manager found no record of the stage")
+	}
+	if err := r.stage(ctx, m, v, nil, "stage again by the restarted volume manager"); err != nil {
+		return err
+	}
+	key, pv := pod(v, 0)
+	target, err := r.publish(ctx, m, v, key, pv, "publish by the restarted volume manager")
+	if err != nil {
+		return err
+	}
+	if err := writeData(target, randomData(4096)); err != nil {
+		return fail("writing through the target", "a writable volume", err)
+	}
+	return r.teardownAll(ctx, m, v, 0)
+}
+
+func crashAfterUnpublish(ctx context.Context, r *run) error {
+	v, err := r.newVolume(ctx, volume.Filesystem)
+	if err != nil {
+		return err
+	}
+	if _, err := r.crash(ctx, v, 0, []string{"stage", "publish", "unpublish"}); err != nil {
+		return err
+	}
+	if err := sleep(ctx, r.cfg.RestartDelay); err != nil {
+		return err
+	}
+	m, err := r.newManager()
+	if err != nil {
+		return err
+	}
+	if err := reconstructInto(ctx, m); err != nil {
+		return err
+	}
+	if _, ok := m.world.Volume(v.name); !ok {
+		return errors.New("the restarted volume manager found no record of the stage")
+	}
+	// The pod is gone: whatever publish the records still show is torn down.
+	for _, vs := range m.world.Snapshot() {
+		for _, p := range vs.Pods {
+			if err := r.unpublish(ctx, m, p.Key, "unpublish repeated by the restarted volume manager"); err != nil {
+				return err
+			}
+		}
+	}
+	return r.unstage(ctx, m, v, "unstage by the restarted volume manager")
+}
+
+func driverRestart(ctx context.Context, r *run) error {
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0, 1)
+	if err != nil {
+		return err
+	}
+	data := randomData(4096)
+	if err := writeData(targets[0], data); err != nil {
+		return fail("writing through pod-0's target", "a writable volume", err)
+	}
+	start := time.Now()
+	r.proc.kill()
+	if err := r.proc.start(ctx); err != nil {
+		return fail("restarting the driver", "the driver serving again", err)
+	}
+	r.rec.add(Call{Method: "(driver restart)", Code: "-", Duration: time.Since(start), Note: "SIGKILL, then --driver-command again"})
+	paths := append([]string{m.stagingPath(v)}, targets...)
+	var broken []string
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			broken = append(broken, fmt.Sprintf("%s: %v", p, errors.Unwrap(err)))
+		}
+	}
+	if len(broken) > 0 {
+		r.rec.add(Call{Method: "(mount probe)", Code: "-", Note: "broken after the restart: " + strings.Join(broken, "; ")})
+	}
+	if err := repairMounts(ctx, r, m, v, []int{0, 1}); err != nil {
+		return err
+	}
+	for i, t := range targets {
+		if what := checkData(t, data); what != "" {
+			return fail(fmt.Sprintf("reading through pod-%d's target after the repair", i), "the data written before the driver restarted", what)
+		}
+	}
+	return r.teardownAll(ctx, m, v, 1, 0)
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
