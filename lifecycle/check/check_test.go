@@ -211,7 +211,7 @@ func TestEachScenarioCatchesItsBug(t *testing.T) {
 		bug      plugin.Bug
 		scenario string
 	}{
-		{plugin.BugAbortConcurrentPublish, "publish-parallel"},
+		{plugin.BugFailConcurrentPublish, "publish-parallel"},
 		{plugin.BugPublishStacksMount, "repeat-calls"},
 		{plugin.BugIgnoreReadOnly, "readonly-readwrite"},
 		{plugin.BugUnmountedTeardownFails, "teardown-unmounted"},

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -220,14 +222,15 @@ func publishParallel(ctx context.Context, r *run) error {
 	for i := range pods {
 		wg.Go(func() {
 			key, pv := pod(v, i)
-			errs[i] = m.ops.Publish(ctx, key, v.src, pv)
+			errs[i] = publishRetryingAborted(ctx, func() error { return m.ops.Publish(ctx, key, v.src, pv) })
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			return fail(fmt.Sprintf("publish for pod-%d, in parallel with pod-0..%d", i, pods-1),
-				"every publish to succeed: the kubelet publishes the pods of one staged volume in parallel (an Aborted answer makes it retry with backoff, delaying the pod)", err)
+				"every publish to succeed: the kubelet publishes the pods of one staged volume in parallel "+
+					"(Aborted, \"an operation is pending for the volume\", is retried with the kubelet's backoff)", err)
 		}
 	}
 	targets := make([]string, pods)
@@ -252,6 +255,31 @@ func publishParallel(ctx context.Context, r *run) error {
 		}
 	}
 	return r.teardownAll(ctx, m, v, 2, 1, 0)
+}
+
+// abortedBackoff is the kubelet's backoff after a failed operation
+// (nestedpendingoperations: 500 ms, doubling), for as many retries as a
+// check waits: 500 ms + 1 s + 2 s + 4 s.
+var abortedBackoff = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
+
+// publishRetryingAborted runs publish, and again after the kubelet's
+// backoff while the driver answers Aborted: the CSI spec lets a plugin
+// refuse a call while another of the same volume is in flight, and the
+// kubelet retries it. Any other error ends it.
+func publishRetryingAborted(ctx context.Context, publish func() error) error {
+	err := publish()
+	for _, d := range abortedBackoff {
+		if status.Code(err) != codes.Aborted {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(d):
+		}
+		err = publish()
+	}
+	return err
 }
 
 func repeatCalls(ctx context.Context, r *run) error {

@@ -15,10 +15,11 @@ type Bug string
 
 // The bugs the plugin knows.
 const (
-	// BugAbortConcurrentPublish: NodePublishVolume holds a volume for a while (300ms) and answers
-	// Aborted to a publish of the same volume for another target meanwhile, instead of serving the
-	// parallel publishes the kubelet makes for the pods of one volume.
-	BugAbortConcurrentPublish Bug = "abort-concurrent-publish"
+	// BugFailConcurrentPublish: NodePublishVolume holds a volume for a while (300ms) and fails
+	// (Internal) a publish of the same volume for another target meanwhile, instead of serving the
+	// parallel publishes the kubelet makes for the pods of one volume. (Aborted would be within
+	// the spec: the kubelet retries it.)
+	BugFailConcurrentPublish Bug = "fail-concurrent-publish"
 	// BugPublishStacksMount: a repeated NodePublishVolume at a target that is already mounted
 	// mounts again on top instead of answering OK (not idempotent).
 	BugPublishStacksMount Bug = "publish-stacks-mount"
@@ -60,7 +61,7 @@ const (
 
 // AllBugs returns every bug the plugin knows.
 func AllBugs() []Bug {
-	return []Bug{BugAbortConcurrentPublish, BugPublishStacksMount, BugStageUncheckedMount, BugUnpublishTrustsRecord,
+	return []Bug{BugFailConcurrentPublish, BugPublishStacksMount, BugStageUncheckedMount, BugUnpublishTrustsRecord,
 		BugKeepBrokenMount, BugStageInProgressOK, BugUnmountedTeardownFails, BugIgnoreReadOnly,
 		BugBlockPublishWithoutMount, BugIgnoreMountGroup, BugStatsUsedZero, BugExpandNoop, BugFormatOnStage}
 }

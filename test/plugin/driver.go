@@ -34,7 +34,7 @@ type driver struct {
 	// faults, when set, holds the control file's runtime knobs (volume conditions, max volumes, bugs).
 	faults *faultInjector
 	// staging and publishing hold the volumes whose stage or publish runs, for the bugs that
-	// look at them (BugStageInProgressOK, BugAbortConcurrentPublish).
+	// look at them (BugStageInProgressOK, BugFailConcurrentPublish).
 	staging, publishing sync.Map
 }
 

@@ -246,9 +246,9 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 			return nil, status.Error(codes.InvalidArgument, "staging target path missing in request")
 		}
 	}
-	if s.d.bug(ctx, BugAbortConcurrentPublish) {
+	if s.d.bug(ctx, BugFailConcurrentPublish) {
 		if _, running := s.d.publishing.LoadOrStore(id, true); running {
-			return nil, status.Errorf(codes.Aborted, "bug abort-concurrent-publish: a publish of volume %s is in progress", id)
+			return nil, status.Errorf(codes.Internal, "bug fail-concurrent-publish: a publish of volume %s is in progress", id)
 		}
 		defer s.d.publishing.Delete(id)
 		time.Sleep(bugSlowPublish)
