@@ -1,7 +1,6 @@
 package check
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -32,7 +31,7 @@ func TestPublishRetryingAborted(t *testing.T) {
 			abortedBackoff = []time.Duration{1, 1, 1, 1}
 			defer func() { abortedBackoff = saved }()
 			n := 0
-			err := publishRetryingAborted(context.Background(), func() error {
+			err := publishRetryingAborted(t.Context(), func() error {
 				n++
 				return tc.answers[min(n, len(tc.answers))-1]
 			})
