@@ -85,6 +85,8 @@ type Harness struct {
 
 	// apiDown is set while the API server is stopped.
 	apiDown atomic.Bool
+	// faults are the nemesis faults on the plugins and the node in effect.
+	faults faultSet
 	// agentMu serializes kills and restarts of the agent; killed holds the PIDs the harness
 	// killed (their exits are inflicted), stopping is set at the end.
 	agentMu  sync.Mutex
