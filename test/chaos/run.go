@@ -17,6 +17,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // Run runs the workload and the nemeses until the Duration is over (or the Ops and Kills
@@ -243,8 +244,9 @@ func judgeEnd(c *Checker, e endState, now time.Time) {
 	}
 }
 
-// leftovers lists what the agent left below its root: every file but the registration sockets,
-// and every directory below <root>/pods and below a driver's directory or the block layout's.
+// leftovers lists what the agent left below its root: every file but the registration sockets
+// and the running agent's own lock file and API socket, and every directory below <root>/pods
+// and below a driver's directory or the block layout's.
 func leftovers(layout paths.Layout, registrationDir string) ([]string, error) {
 	root := layout.Root()
 	skeleton := map[string]bool{
@@ -253,6 +255,9 @@ func leftovers(layout paths.Layout, registrationDir string) ([]string, error) {
 		filepath.Join(layout.PluginDir(), "volumeDevices"):            true,
 		filepath.Join(layout.PluginDir(), "volumeDevices", "staging"): true,
 		filepath.Join(layout.PluginDir(), "volumeDevices", "publish"): true,
+		// The agent still runs at the final checks: its lock and its API socket are there.
+		filepath.Join(root, volumemanager.LockFileName): true,
+		filepath.Join(root, volumemanager.SocketName):   true,
 	}
 	var out []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
