@@ -30,6 +30,12 @@ type Config struct {
 	// API server up and no nemesis fault active on the pod's plugins or the node. Default
 	// DefaultReadyBound.
 	ReadyBound time.Duration
+	// OutageRecovery is how long after an API server outage ends the time is not healthy yet.
+	// Default 0: healthy as soon as the API server answers. The agent's informers (client-go
+	// reflectors) back off during an outage, up to 30 s jittered up to 60 s, and may see the pods
+	// created meanwhile only that late; a value of about 60s accepts that delay instead of
+	// reporting it under InvNotReady.
+	OutageRecovery time.Duration
 	// ReadyGrace is how long a live pod may be VolumesReady=True while one of its targets is not
 	// in the mount table, counted in healthy time. Default DefaultReadyGrace.
 	ReadyGrace time.Duration
@@ -91,7 +97,7 @@ func (c *Config) setDefaults() error {
 		c.Log = io.Discard
 	}
 	if c.Duration < 0 || c.LivePods < 0 || c.ShortestPodLife < 0 || c.CSITimeout < 0 || c.Ops < 0 || c.Kills < 0 ||
-		c.ReadyBound < 0 || c.ReadyGrace < 0 {
+		c.ReadyBound < 0 || c.ReadyGrace < 0 || c.OutageRecovery < 0 {
 		return errors.New("chaos: durations and counts must not be negative")
 	}
 	if c.LongestPodLife < c.ShortestPodLife {

@@ -340,7 +340,7 @@ func newTimeline(t *testing.T) *timeline {
 
 // state is what the samples show from now on.
 type state struct {
-	ready, mounted, agentDown, apiDown bool
+	ready, mounted, agentDown, apiDown, recovering bool
 	// halfMounted: only the first target is mounted.
 	halfMounted bool
 	faulted     string
@@ -350,7 +350,7 @@ type state struct {
 func (tl *timeline) run(d time.Duration, st state) {
 	for end := tl.now + d; tl.now < end; {
 		tl.now += 500 * time.Millisecond
-		smp := sample{at: tl.t0.Add(tl.now), agentReady: !st.agentDown, apiUp: !st.apiDown,
+		smp := sample{at: tl.t0.Add(tl.now), agentReady: !st.agentDown, apiUp: !st.apiDown, recovering: st.recovering,
 			ready: map[types.UID]bool{}, present: map[types.UID]bool{tl.p.uid: true}, mounted: map[string]bool{}, faulted: map[string]bool{}}
 		if st.ready {
 			smp.ready[tl.p.uid] = true
@@ -403,6 +403,12 @@ func TestSamplerNotReady(t *testing.T) {
 			tl.run(10*time.Second, state{})
 			tl.run(20*time.Second, state{apiDown: true})
 			tl.run(10*time.Second, state{})
+			tl.run(20*time.Second, up)
+		}},
+		{name: "not ready 40 s, 20 s of them just after an API server outage", run: func(tl *timeline) {
+			tl.run(10*time.Second, state{apiDown: true})
+			tl.run(20*time.Second, state{recovering: true})
+			tl.run(20*time.Second, state{})
 			tl.run(20*time.Second, up)
 		}},
 		{name: "not ready 40 s, 20 s of them with the pod's plugin faulted", run: func(tl *timeline) {
@@ -501,6 +507,10 @@ func TestConvergenceRequiresTeardownAndReadiness(t *testing.T) {
 	h := tl.h
 	q := &workloadPod{name: "p00002", uid: "uid-2", created: tl.t0, targets: []string{"/root/pods/uid-2/volumes/kubernetes.io~csi/pv-3/mount"}}
 	h.pods.byID[q.uid] = q
+	// r is being deleted when the nemesis ends.
+	r := &workloadPod{name: "p00003", uid: "uid-3", created: tl.t0, deleteIssued: tl.t0, lastDelete: tl.t0,
+		targets: []string{"/root/pods/uid-3/volumes/kubernetes.io~csi/pv-4/mount"}}
+	h.pods.byID[r.uid] = r
 	done := tl.s.await("test")
 	at := tl.t0.Add(time.Second)
 	smp := func(ready map[types.UID]bool, mounted ...string) sample {
@@ -534,6 +544,10 @@ func TestConvergenceRequiresTeardownAndReadiness(t *testing.T) {
 	tl.s.check(smp(map[types.UID]bool{tl.p.uid: true}, tl.p.targets[0]))
 	if converged() {
 		t.Fatal("converged while a live pod's target is not mounted")
+	}
+	tl.s.check(smp(map[types.UID]bool{tl.p.uid: true}, append(slices.Clone(tl.p.targets), r.targets[0])...))
+	if converged() {
+		t.Fatal("converged while a pod deleted before the end of the nemesis (gone since) is still mounted")
 	}
 	tl.s.check(smp(map[types.UID]bool{tl.p.uid: true}, tl.p.targets...))
 	if !converged() {

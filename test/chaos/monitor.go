@@ -123,11 +123,16 @@ type sample struct {
 	mounted map[string]bool
 	// faulted holds the drivers with a nemesis fault in effect, and nodeFault for the node.
 	faulted map[string]bool
+	// recovering: the last API server outage ended less than Config.OutageRecovery ago.
+	recovering bool
 }
 
 func (h *Harness) takeSample(ctx context.Context) (sample, error) {
 	s := sample{at: time.Now(), agentReady: h.agentReady(ctx), apiUp: !h.apiDown.Load(),
 		ready: map[types.UID]bool{}, present: map[types.UID]bool{}, faulted: h.faults.snapshot()}
+	if back, ok := h.apiBack.Load().(time.Time); ok && s.at.Sub(back) < h.cfg.OutageRecovery {
+		s.recovering = true
+	}
 	if s.apiUp {
 		lctx, cancel := context.WithTimeout(ctx, apiTimeout)
 		pods, err := h.client.CoreV1().Pods(namespace).List(lctx, metav1.ListOptions{})
@@ -159,9 +164,10 @@ func (h *Harness) takeSample(ctx context.Context) (sample, error) {
 func (s sample) healthy() bool { return s.agentReady && s.apiUp }
 
 // healthyFor says whether the sample is healthy time for a pod with volumes of drivers: the
-// agent ready, the API server up, and no fault on the node or on one of the drivers.
+// agent ready, the API server up (and not just back, see Config.OutageRecovery), and no fault
+// on the node or on one of the drivers.
 func (s sample) healthyFor(drivers []string) bool {
-	if !s.healthy() || s.faulted[nodeFault] {
+	if !s.healthy() || s.recovering || s.faulted[nodeFault] {
 		return false
 	}
 	for _, d := range drivers {

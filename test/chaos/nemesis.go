@@ -378,6 +378,7 @@ func (h *Harness) apiOutage(ctx context.Context, d time.Duration, during func() 
 		}
 	}
 	h.checker.APIUp(time.Now())
+	h.apiBack.Store(time.Now())
 	h.apiDown.Store(false)
 	h.stats.outage(time.Since(began), during != nil)
 	return errors.Join(err, startErr)
