@@ -71,6 +71,8 @@ type Checker struct {
 	ops, okOps map[string]int
 	// faults counts the injected faults by action ("error Unavailable", "hang", ...).
 	faults map[string]int
+	// unmounts counts the mount points the mount-table watch saw leave, below the root.
+	unmounts int
 }
 
 type targetRef struct {

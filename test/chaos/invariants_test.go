@@ -242,6 +242,9 @@ func TestUnmountOfALiveMountIsFlagged(t *testing.T) {
 				c.Unmounted(mp, t0.Add(10*time.Second))
 			}
 			onlyViolations(t, c, map[Invariant]int{InvUnmountLive: tc.want})
+			if c.Unmounts() != 1 && tc.gone != "/elsewhere" {
+				t.Errorf("%d unmounts counted, want 1", c.Unmounts())
+			}
 		})
 	}
 }

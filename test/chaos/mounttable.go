@@ -139,6 +139,13 @@ func (h *Harness) watchMounts(ctx context.Context) {
 	}
 }
 
+// Unmounts says how many mount points the mount-table watch saw leave.
+func (c *Checker) Unmounts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unmounts
+}
+
 // Unmounted checks a mount point that left the mount table at t (InvUnmountLive): the target,
 // block map bind mount or subPath mount of a pod live at t, or the staging mount of a volume a
 // pod live at t wants, where the pod was created long enough ago for the agent to know of it
@@ -146,6 +153,7 @@ func (h *Harness) watchMounts(ctx context.Context) {
 func (c *Checker) Unmounted(path string, t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.unmounts++
 	if ref, ok := c.targets[path]; ok {
 		if p := c.pods[ref.uid]; p != nil && p.live(t) {
 			c.violateLocked(InvUnmountLive, t, "the target %s of %s of live pod %s left the mount table", path, ref.vol, p.Name)

@@ -179,6 +179,8 @@ type Report struct {
 	FaultsSeen map[string]int
 	DiskFulls  int
 	ENOSPC     int
+	// Unmounts counts the mount points below the root the mount-table watch saw leave.
+	Unmounts int
 	// Gone counts the watches the agent had to relist after a 410 Gone (too old resource version).
 	Gone       int
 	Attaches   int
@@ -267,6 +269,7 @@ func (r *Report) Write(w io.Writer) {
 	p("| plugin hangs past the CSI timeout | %d |", r.Hangs)
 	p("| error-code faults set / fired | %d / %d |", sum(r.Codes), faultsFired(r.FaultsSeen))
 	p("| &nbsp;&nbsp;codes set | %s |", countList(r.Codes))
+	p("| unmounts below the root seen by the mount-table watch | %d |", r.Unmounts)
 	p("| disk-full episodes on the root (tmpfs) / ENOSPC lines in the agent's log | %d / %d |", r.DiskFulls, r.ENOSPC)
 	p("")
 	p("| error of the run (each fails it) | count |")

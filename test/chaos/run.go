@@ -349,7 +349,7 @@ func (h *Harness) report(workload time.Duration, logDir string) *Report {
 		PlugKills: cloneCounts(s.plugKills), Hangs: s.hangs, Codes: cloneCounts(s.codes), FaultsSeen: h.checker.Faults(),
 		DiskFulls: s.diskFulls, ENOSPC: enospc, Gone: gone, Attaches: s.attaches, Detaches: s.detaches,
 		Violations: h.checker.Violations(), LogDir: logDir,
-		NemesisErrors: cloneCounts(s.nemErrs), UnparsedLines: s.unparsed, JournalErrors: s.journalErrs, SamplerErrors: s.samplerErrs,
+		Unmounts: h.checker.Unmounts(), NemesisErrors: cloneCounts(s.nemErrs), UnparsedLines: s.unparsed, JournalErrors: s.journalErrs, SamplerErrors: s.samplerErrs,
 	}
 }
 
