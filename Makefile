@@ -271,7 +271,7 @@ DURATION ?= 10m
 OPS      ?= 0
 KILLS    ?= 0
 CHAOS_LOGS ?= $(BIN)/chaos-logs
-# CHAOS_FLAGS are more flags of the chaos command, e.g. CHAOS_FLAGS=-outage-recovery=60s.
+# CHAOS_FLAGS are more flags of the chaos command, e.g. CHAOS_FLAGS=-outage-recovery=120s.
 CHAOS_FLAGS ?=
 
 .PHONY: chaos

@@ -32,8 +32,10 @@ type Config struct {
 	ReadyBound time.Duration
 	// OutageRecovery is how long after an API server outage ends the time is not healthy yet.
 	// Default 0: healthy as soon as the API server answers. The agent's informers (client-go
-	// reflectors) back off during an outage, up to 30 s jittered up to 60 s, and may see the pods
-	// created meanwhile only that late; a value of about 60s accepts that delay instead of
+	// reflectors) back off during an outage, up to 30 s jittered up to 60 s; the first watch after
+	// the restart ends with 410 Gone (too old resource version) and backs off once more before
+	// the relist, so the agent may see the pods created meanwhile up to about two minutes late
+	// (42 and 44 s in the runs of this change). A value of 120s accepts that delay instead of
 	// reporting it under InvNotReady.
 	OutageRecovery time.Duration
 	// ReadyGrace is how long a live pod may be VolumesReady=True while one of its targets is not

@@ -36,7 +36,7 @@ func run() int {
 	flag.DurationVar(&cfg.LongestPodLife, "pod-lifetime-max", chaos.DefaultLongestPodLife, "longest life of a pod")
 	flag.DurationVar(&cfg.CSITimeout, "csi-timeout", 5*time.Second, "the agent's --csi-timeout")
 	flag.DurationVar(&cfg.ReadyBound, "ready-bound", chaos.DefaultReadyBound, "how long a live pod may be without VolumesReady=True, in healthy time")
-	flag.DurationVar(&cfg.OutageRecovery, "outage-recovery", 0, "time after an API server outage that is not yet healthy time (the agent's informers back off up to 30 s, jittered to 60 s)")
+	flag.DurationVar(&cfg.OutageRecovery, "outage-recovery", 0, "time after an API server outage that is not yet healthy time (the agent's informers back off up to 30 s, jittered to 60 s, then once more after the 410 Gone of the restarted API server)")
 	flag.DurationVar(&cfg.ReadyGrace, "ready-grace", chaos.DefaultReadyGrace, "how long a live pod may be VolumesReady=True with a target not mounted, in healthy time")
 	flag.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", 5*time.Minute, "bound of the wait for convergence after each nemesis and at the end")
 	flag.IntVar(&cfg.AgentVerbosity, "v", 4, "the agent's log verbosity")
