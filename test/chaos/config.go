@@ -54,7 +54,7 @@ type Config struct {
 
 // The defaults of Config.
 const (
-	DefaultLivePods        = 32
+	DefaultLivePods        = 36
 	DefaultShortestPodLife = 45 * time.Second
 	DefaultLongestPodLife  = 75 * time.Second
 	DefaultReadyBound      = 30 * time.Second

@@ -21,7 +21,7 @@
 // given to a new pod while the last one's teardown is still running) and, for one pod in four, a
 // CSI inline volume, live for a random time between ShortestPodLife and LongestPodLife (45–75 s,
 // well above the 30 s ReadyBound) and are deleted at once (grace period 0) or gracefully (the
-// agent completes the deletion). LivePods (32) are alive at once.
+// agent completes the deletion). LivePods (36) are alive at once.
 //
 // # Nemeses
 //

@@ -34,8 +34,8 @@ const (
 // nemesisWeights says how often each nemesis is picked.
 var nemesisWeights = map[string]int{
 	NemesisKillInStep:    30,
-	NemesisKillAnytime:   12,
-	NemesisKillTwice:     6,
+	NemesisKillAnytime:   20,
+	NemesisKillTwice:     8,
 	NemesisAPIOutage:     7,
 	NemesisOutageAndKill: 4,
 	NemesisPluginKill:    10,
@@ -106,7 +106,7 @@ func (n *nemeses) pick() string {
 func (n *nemeses) run(ctx context.Context, stop <-chan struct{}) {
 	h := n.h
 	for i := 0; ; i++ {
-		pause := time.Duration(1000+n.rng.IntN(4000)) * time.Millisecond
+		pause := time.Duration(500+n.rng.IntN(2000)) * time.Millisecond
 		select {
 		case <-ctx.Done():
 			return

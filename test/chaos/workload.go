@@ -35,7 +35,7 @@ var poolSizes = []struct {
 	// Enough single-pod volumes for the live pods (about 0.6 of a pod's volumes are
 	// single-pod), so that pods do not fall back on the shared ones and volumes keep being staged
 	// and unstaged.
-	{kindSharedFS, 4}, {kindFS, 18}, {kindBlock, 8}, {kindAttach, 14}, {kindDirect, 3},
+	{kindSharedFS, 4}, {kindFS, 20}, {kindBlock, 8}, {kindAttach, 16}, {kindDirect, 3},
 }
 
 // poolVolume is a persistent volume of the run, with its PV and claim.
