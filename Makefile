@@ -323,13 +323,15 @@ DURATION ?= 10m
 OPS      ?= 0
 KILLS    ?= 0
 CHAOS_LOGS ?= $(BIN)/chaos-logs
+# CHAOS_FLAGS are more flags of the chaos command, e.g. CHAOS_FLAGS=-outage-recovery=120s.
+CHAOS_FLAGS ?=
 
 .PHONY: chaos
 chaos: k8s-bins ## Chaos run (root): the agent (-race), a real API server, the test plugins, nemeses at random moments. SEED= (0: from the clock, printed), DURATION=, OPS= and KILLS= (stop once both are reached).
 	$(GO) build -race -o $(BIN)/csi-volmgr-race ./cmd/csi-volmgr
 	$(GO) build -o $(BIN)/chaos ./test/chaos/cmd/chaos
 	CSI_VOLMGR_BINARY=$(BIN)/csi-volmgr-race GORACE=halt_on_error=1 $(BIN)/chaos -seed=$(SEED) -duration=$(DURATION) \
-	  -ops=$(OPS) -kills=$(KILLS) -logs=$(CHAOS_LOGS) -report=$(BIN)/chaos-report.md
+	  -ops=$(OPS) -kills=$(KILLS) -logs=$(CHAOS_LOGS) -report=$(BIN)/chaos-report.md $(CHAOS_FLAGS)
 
 # The tag `make images` gives the images (deploy/images_test.go checks it is
 # the one deploy/ names).

@@ -133,17 +133,29 @@ func (a *attacher) mayDetach(ctx context.Context, v *poolVolume) (bool, error) {
 	if err := h.pumpJournals(); err != nil {
 		return false, err
 	}
-	held, why := h.checker.Staged(v.key)
+	return judgeDetach(h.checker, v.key, func() (bool, error) {
+		used, err := inUse()
+		return !used && !h.vols.wanted(v.key), err
+	}, a.reported, time.Now())
+}
+
+// judgeDetach decides whether a volume the node did not report in use may be detached: not
+// when the journal shows it staged, uncertainly staged or published (or a step of it in
+// flight). When it is, and stillUnused (asked again: the agent may have just reported it and
+// staged it) says the node still does not report it and no live pod wants it, the agent dropped
+// it from volumesInUse too early: a violation of InvDetachStaged, reported once per episode
+// (reported).
+func judgeDetach(c *Checker, k VolKey, stillUnused func() (bool, error), reported map[VolKey]bool, now time.Time) (bool, error) {
+	held, why := c.Staged(k)
 	if !held {
 		return true, nil
 	}
-	// The agent may have just reported it and staged it: ask again.
-	if used, err := inUse(); err != nil || used || h.vols.wanted(v.key) {
+	if unused, err := stillUnused(); err != nil || !unused {
 		return false, err
 	}
-	if !a.reported[v.key] {
-		a.reported[v.key] = true
-		h.checker.Violate(InvDetachStaged, time.Now(), "%s is not in node.status.volumesInUse while %s", v.key, why)
+	if !reported[k] {
+		reported[k] = true
+		c.Violate(InvDetachStaged, now, "%s is not in node.status.volumesInUse while %s", k, why)
 	}
 	return false, nil
 }

@@ -49,12 +49,16 @@ type Checker struct {
 	// unstage of its volume counts against it, provided the API server was up all that time.
 	slack time.Duration
 
-	mu       sync.Mutex
-	pods     map[types.UID]*Pod
-	targets  map[string]targetRef
-	vols     map[VolKey]*Vol
-	state    map[VolKey]*volState
-	journals map[string]*pluginJournal
+	mu      sync.Mutex
+	pods    map[types.UID]*Pod
+	targets map[string]targetRef
+	// mapFiles and subPaths index the pods' block map bind mounts and subPath directories,
+	// stagingMounts the volumes' staging mount points (for InvUnmountLive).
+	mapFiles, subPaths map[string]targetRef
+	stagingMounts      map[string]VolKey
+	vols               map[VolKey]*Vol
+	state              map[VolKey]*volState
+	journals           map[string]*pluginJournal
 
 	// outages are the API server outages: while one lasts, the agent cannot learn of new pods.
 	outages []interval
@@ -67,6 +71,8 @@ type Checker struct {
 	ops, okOps map[string]int
 	// faults counts the injected faults by action ("error Unavailable", "hang", ...).
 	faults map[string]int
+	// unmounts counts the mount points the mount-table watch saw leave, below the root.
+	unmounts int
 }
 
 type targetRef struct {
@@ -81,12 +87,16 @@ func NewChecker(slack time.Duration) *Checker {
 		slack:    slack,
 		pods:     map[types.UID]*Pod{},
 		targets:  map[string]targetRef{},
-		vols:     map[VolKey]*Vol{},
-		state:    map[VolKey]*volState{},
-		journals: map[string]*pluginJournal{},
-		ops:      map[string]int{},
-		okOps:    map[string]int{},
-		faults:   map[string]int{},
+		mapFiles: map[string]targetRef{},
+		subPaths: map[string]targetRef{},
+
+		stagingMounts: map[string]VolKey{},
+		vols:          map[VolKey]*Vol{},
+		state:         map[VolKey]*volState{},
+		journals:      map[string]*pluginJournal{},
+		ops:           map[string]int{},
+		okOps:         map[string]int{},
+		faults:        map[string]int{},
 	}
 }
 
@@ -96,6 +106,12 @@ func (c *Checker) AddVolume(v Vol) {
 	defer c.mu.Unlock()
 	vv := v
 	c.vols[v.Key] = &vv
+	if v.StagingPath != "" {
+		// A filesystem volume is mounted at its staging path, a block volume's device onto
+		// <staging path>/device.
+		c.stagingMounts[v.StagingPath] = v.Key
+		c.stagingMounts[v.StagingPath+"/device"] = v.Key
+	}
 }
 
 // AddPod declares a pod the API server accepted, with its volumes (which must be declared).
@@ -106,7 +122,14 @@ func (c *Checker) AddPod(p Pod) {
 	pp.Volumes = slices.Clone(p.Volumes)
 	c.pods[p.UID] = &pp
 	for _, v := range p.Volumes {
-		c.targets[v.Target] = targetRef{uid: p.UID, vol: v.Vol}
+		ref := targetRef{uid: p.UID, vol: v.Vol}
+		c.targets[v.Target] = ref
+		if v.MapFile != "" {
+			c.mapFiles[v.MapFile] = ref
+		}
+		if v.SubPaths != "" {
+			c.subPaths[v.SubPaths] = ref
+		}
 	}
 	c.resolveLocked()
 }
@@ -456,7 +479,7 @@ func cloneCounts(m map[string]int) map[string]int {
 	return out
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

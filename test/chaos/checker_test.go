@@ -273,8 +273,10 @@ func TestLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(reg, "d-reg.sock"), nil, 0o600); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{filepath.Join(reg, "d-reg.sock"), filepath.Join(root, "csi-volmgr.lock"), filepath.Join(root, "csi-volmgr.sock")} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got, err := leftovers(layout, reg); err != nil || len(got) != 0 {
 		t.Fatalf("leftovers of an empty root = %v, %v; want none", got, err)

@@ -19,8 +19,9 @@
 //
 // Pods of one to three volumes (a single-pod volume is given to one live pod at a time; it may be
 // given to a new pod while the last one's teardown is still running) and, for one pod in four, a
-// CSI inline volume, live for up to PodLifetime and are deleted at once (grace period 0) or
-// gracefully (the agent completes the deletion).
+// CSI inline volume, live for a random time between ShortestPodLife and LongestPodLife (45–75 s,
+// well above the 30 s ReadyBound) and are deleted at once (grace period 0) or gracefully (the
+// agent completes the deletion). LivePods (36) are alive at once.
 //
 // # Nemeses
 //
@@ -35,10 +36,15 @@
 //
 // # Invariants
 //
-// See Invariants. The plugins' journals are read as they grow (Checker); the mount table and the
-// pods' conditions are sampled twice a second; at the end every pod is deleted and the node must
-// hold nothing: no mount, record, directory, loop device, VolumeAttachment, or staged or published
-// volume in any plugin's state.
+// See Invariants; detectionTests (invariants_test.go) names the test that proves each one fires.
+// The plugins' journals are read as they grow (Checker); the mount table is watched (poll(2) on
+// /proc/self/mountinfo) for mounts of live pods that disappear, the agent's own unmounts included;
+// the pods' conditions and the mount table are sampled twice a second, against bounds counted in
+// healthy time (the agent ready, the API server up, no nemesis fault on the pod's plugins or the
+// node); at the end every pod is deleted and the node must hold nothing: no mount, record,
+// directory, loop device, VolumeAttachment, or staged or published volume in any plugin's state.
+// Errors of the run (a nemesis that failed, a journal line that does not parse, a failed sample, a
+// drain or a convergence that did not complete) fail it as a violation does (Report.Passed).
 //
 // # Replay
 //

@@ -83,8 +83,12 @@ type Harness struct {
 	pods    *podSet
 	started time.Time
 
-	// apiDown is set while the API server is stopped.
+	// apiDown is set while the API server is stopped; apiBack holds when the last outage ended
+	// (a time.Time).
 	apiDown atomic.Bool
+	apiBack atomic.Value
+	// faults are the nemesis faults on the plugins and the node in effect.
+	faults faultSet
 	// agentMu serializes kills and restarts of the agent; killed holds the PIDs the harness
 	// killed (their exits are inflicted), stopping is set at the end.
 	agentMu  sync.Mutex

@@ -30,9 +30,19 @@ const (
 	// InvLeak: a mount, record file, directory or loop device left after all pods are gone, or a
 	// pod whose deletion the agent never completed.
 	InvLeak Invariant = "no leaked mount, record or loop device"
-	// InvNotReady: a live pod whose volumes are all mounted without VolumesReady=True for longer
-	// than the bound (counted in time the agent and the API server were both up).
-	InvNotReady Invariant = "no mounted pod without VolumesReady=True past the bound"
+	// InvNotReady: a live pod without VolumesReady=True for longer than Config.ReadyBound of
+	// healthy time (the agent ready, the API server up, no nemesis fault on the pod's plugins or
+	// the node), counted from its creation or from the last sample that saw it ready. A pod
+	// deleted before it reached the bound does not count.
+	InvNotReady Invariant = "every live pod VolumesReady=True within the bound"
+	// InvReadyUnmounted: a live pod VolumesReady=True while one of its targets is not in the
+	// mount table (/proc/self/mountinfo), for longer than Config.ReadyGrace of healthy time.
+	InvReadyUnmounted Invariant = "no VolumesReady=True while a target is not mounted"
+	// InvUnmountLive: a mount the mount table showed disappears while it is still wanted: the
+	// target, block map bind mount or a subPath mount of a live pod, or the staging mount of a
+	// volume a live pod wants (as for InvUnstageWanted). It sees every unmount, the agent's own
+	// ones too, which never reach a plugin's journal.
+	InvUnmountLive Invariant = "no mount of a live pod's volume unmounted (mount table)"
 	// InvCrash: the agent exited without being killed by the harness, or its log shows a panic,
 	// a fatal error or a data race.
 	InvCrash Invariant = "no agent crash other than the inflicted ones"
@@ -41,7 +51,7 @@ const (
 // Invariants lists every invariant in report order.
 var Invariants = []Invariant{
 	InvUnpublishLive, InvUnstageWanted, InvUnstagePublished, InvPublishUnstaged, InvDetachStaged,
-	InvPathEscape, InvLostUnstage, InvLeak, InvNotReady, InvCrash,
+	InvPathEscape, InvLostUnstage, InvLeak, InvNotReady, InvReadyUnmounted, InvUnmountLive, InvCrash,
 }
 
 // Violation is one observed violation of an invariant.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,23 +13,30 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 )
 
-// pumpJournals feeds what the plugins appended to their journals to the checker.
+// pumpJournals feeds what the plugins appended to their journals to the checker. A failed read
+// and a line that is not an entry are counted as errors of the run (and logged) here, whoever
+// calls it.
 func (h *Harness) pumpJournals() error {
 	h.pumpMu.Lock()
 	defer h.pumpMu.Unlock()
 	var errs []error
 	for _, role := range h.roles {
 		dp := h.plugins[role]
-		entries, err := dp.tail.Read()
+		entries, bad, err := dp.tail.Read()
 		if err != nil {
 			errs = append(errs, err)
+		}
+		for _, line := range bad {
+			h.logf("chaos: unparsed journal line: %s", line)
+		}
+		if len(bad) > 0 || err != nil {
+			h.stats.journalError(len(bad), err != nil)
 		}
 		for _, e := range entries {
 			if e.Event == plugin.EventFault && e.Message == "hang" {
@@ -103,19 +111,28 @@ func (h *Harness) agentReady(ctx context.Context) bool {
 	return err == nil && code == http.StatusOK
 }
 
-// sample is one look at the node: the agent, the pods' conditions, the mount table.
+// sample is one look at the node: the agent, the pods' conditions, the mount table, the faults
+// in effect.
 type sample struct {
 	at         time.Time
 	agentReady bool
 	apiUp      bool
 	// ready holds the pods whose VolumesReady is True; present the pods the API server has.
 	ready, present map[types.UID]bool
-	mounted        map[string]bool
+	// mounted holds the mount points below the root (/proc/self/mountinfo), read after the pods.
+	mounted map[string]bool
+	// faulted holds the drivers with a nemesis fault in effect, and nodeFault for the node.
+	faulted map[string]bool
+	// recovering: the last API server outage ended less than Config.OutageRecovery ago.
+	recovering bool
 }
 
 func (h *Harness) takeSample(ctx context.Context) (sample, error) {
 	s := sample{at: time.Now(), agentReady: h.agentReady(ctx), apiUp: !h.apiDown.Load(),
-		ready: map[types.UID]bool{}, present: map[types.UID]bool{}}
+		ready: map[types.UID]bool{}, present: map[types.UID]bool{}, faulted: h.faults.snapshot()}
+	if back, ok := h.apiBack.Load().(time.Time); ok && s.at.Sub(back) < h.cfg.OutageRecovery {
+		s.recovering = true
+	}
 	if s.apiUp {
 		lctx, cancel := context.WithTimeout(ctx, apiTimeout)
 		pods, err := h.client.CoreV1().Pods(namespace).List(lctx, metav1.ListOptions{})
@@ -134,42 +151,66 @@ func (h *Harness) takeSample(ctx context.Context) (sample, error) {
 			}
 		}
 	}
-	mps, err := mount.New("").List()
-	if err != nil {
-		return s, err
+	// Faults that ended while the pods were listed still count for this sample.
+	for d := range h.faults.snapshot() {
+		s.faulted[d] = true
 	}
-	s.mounted = make(map[string]bool, len(mps))
-	root := h.agent.RootDir + "/"
-	for _, mp := range mps {
-		if strings.HasPrefix(mp.Path, root) {
-			s.mounted[mp.Path] = true
-		}
-	}
-	return s, nil
+	var err error
+	s.mounted, err = readMountTable(h.agent.RootDir + "/")
+	return s, err
 }
 
 // healthy says whether both the agent and the API server were up at the sample.
 func (s sample) healthy() bool { return s.agentReady && s.apiUp }
 
+// healthyFor says whether the sample is healthy time for a pod with volumes of drivers: the
+// agent ready, the API server up (and not just back, see Config.OutageRecovery), and no fault
+// on the node or on one of the drivers.
+func (s sample) healthyFor(drivers []string) bool {
+	if !s.healthy() || s.recovering || s.faulted[nodeFault] {
+		return false
+	}
+	for _, d := range drivers {
+		if s.faulted[d] {
+			return false
+		}
+	}
+	return true
+}
+
 // convergence is the wait for the node to settle after a nemesis ended.
 type convergence struct {
 	nemesis string
 	end     time.Time
-	// live are the pods live at the end; deleted those being deleted by then; unwanted the
+	// live are the pods live at the end; deleted those being deleted by then, with their targets
+	// (a pod deleted with grace period 0 leaves the API server before its teardown); unwanted the
 	// volumes of the staging drivers no live pod used at the end.
 	live, deleted map[types.UID]bool
+	targets       map[types.UID][]string
+	names         map[types.UID]string
 	unwanted      map[VolKey]bool
 	done          chan time.Duration
 }
 
-// sampler checks InvNotReady and the pending convergence once per interval.
+// maxSampleGap caps the time one sample accounts for: a sampler that stalled (a slow LIST, a
+// loaded machine) does not count the stall as healthy time.
+const maxSampleGap = 2 * time.Second
+
+// sampler checks InvNotReady, InvReadyUnmounted and the pending convergence once per interval.
 type sampler struct {
 	h *Harness
-	// notReady accumulates, per pod, the healthy time its volumes were all mounted without
-	// VolumesReady=True; reported holds the pods already reported.
+	// notReady accumulates, per live pod, the healthy time since its creation, or since the last
+	// sample that saw it VolumesReady=True, in which it was not; reported holds the pods
+	// already reported.
 	notReady map[types.UID]time.Duration
 	reported map[types.UID]bool
-	last     time.Time
+	// readyUnmounted accumulates, per live pod, the healthy time it has been VolumesReady=True
+	// with a target not mounted; unmountedReported holds the episodes already reported.
+	readyUnmounted    map[types.UID]time.Duration
+	unmountedReported map[types.UID]bool
+	// seen holds the pods some sample already accounted for.
+	seen map[types.UID]bool
+	last time.Time
 
 	mu      sync.Mutex
 	pending *convergence
@@ -186,7 +227,8 @@ func (s *sampler) lastUnsettled() string {
 }
 
 func newSampler(h *Harness) *sampler {
-	return &sampler{h: h, notReady: map[types.UID]time.Duration{}, reported: map[types.UID]bool{}}
+	return &sampler{h: h, notReady: map[types.UID]time.Duration{}, reported: map[types.UID]bool{},
+		readyUnmounted: map[types.UID]time.Duration{}, unmountedReported: map[types.UID]bool{}, seen: map[types.UID]bool{}}
 }
 
 // await registers a convergence to wait for after nemesis ended now; the returned channel
@@ -194,13 +236,14 @@ func newSampler(h *Harness) *sampler {
 func (s *sampler) await(nemesis string) <-chan time.Duration {
 	h := s.h
 	c := &convergence{nemesis: nemesis, end: time.Now(), live: map[types.UID]bool{}, deleted: map[types.UID]bool{},
-		unwanted: map[VolKey]bool{}, done: make(chan time.Duration, 1)}
+		targets: map[types.UID][]string{}, names: map[types.UID]string{}, unwanted: map[VolKey]bool{}, done: make(chan time.Duration, 1)}
 	for _, p := range h.pods.snapshot() {
 		if p.deleteIssued.IsZero() {
 			c.live[p.uid] = true
 		} else {
 			c.deleted[p.uid] = true
 		}
+		c.targets[p.uid], c.names[p.uid] = p.targets, p.name
 	}
 	for _, v := range h.vols.all {
 		if v.stages && !h.vols.wanted(v.key) {
@@ -224,7 +267,11 @@ func (s *sampler) run(ctx context.Context) {
 	every(ctx, 500*time.Millisecond, func() {
 		smp, err := s.h.takeSample(ctx)
 		if err != nil {
-			s.h.logf("chaos: sampling: %v", err)
+			if ctx.Err() != nil {
+				return
+			}
+			s.h.stats.samplerError()
+			s.h.logf("chaos: ERROR: sampling: %v", err)
 			return
 		}
 		s.check(smp)
@@ -238,28 +285,14 @@ func (s *sampler) check(smp sample) {
 	}
 	dt := time.Duration(0)
 	if !s.last.IsZero() {
-		dt = smp.at.Sub(s.last)
+		dt = min(smp.at.Sub(s.last), maxSampleGap)
 	}
 	s.last = smp.at
 	pods := h.pods.snapshot()
 	byUID := make(map[types.UID]*workloadPod, len(pods))
 	for _, p := range pods {
 		byUID[p.uid] = p
-		if !p.deleteIssued.IsZero() || s.reported[p.uid] || !smp.apiUp {
-			continue
-		}
-		if smp.ready[p.uid] || !allMounted(smp, p) {
-			delete(s.notReady, p.uid)
-			continue
-		}
-		if smp.healthy() {
-			s.notReady[p.uid] += dt
-		}
-		if s.notReady[p.uid] > h.cfg.ReadyBound {
-			s.reported[p.uid] = true
-			h.checker.Violate(InvNotReady, smp.at, "pod %s has its volumes mounted at %v and no VolumesReady=True for %v of healthy time",
-				p.name, p.targets, s.notReady[p.uid].Round(time.Second))
-		}
+		s.checkPod(smp, p, dt)
 	}
 
 	s.mu.Lock()
@@ -286,29 +319,78 @@ func (s *sampler) check(smp sample) {
 	s.mu.Unlock()
 }
 
-// unsettled says what still keeps the node from having converged; "" when it has.
-func (c *convergence) unsettled(h *Harness, smp sample, byUID map[types.UID]*workloadPod) string {
-	for uid := range c.live {
-		p, ok := byUID[uid]
-		if !ok || !p.deleteIssued.IsZero() {
-			continue // deleted since: no longer required
+// checkPod checks InvNotReady and InvReadyUnmounted for one pod at a sample; dt is the time
+// since the last sample.
+func (s *sampler) checkPod(smp sample, p *workloadPod, dt time.Duration) {
+	h := s.h
+	if !p.deleteIssued.IsZero() {
+		// Being deleted: no longer required to be ready (a pod deleted before it reached the
+		// bound does not count), and its targets go.
+		delete(s.notReady, p.uid)
+		delete(s.readyUnmounted, p.uid)
+		return
+	}
+	if !s.seen[p.uid] {
+		// The time from the creation to the first sample.
+		s.seen[p.uid] = true
+		dt = min(max(smp.at.Sub(p.created), 0), maxSampleGap)
+	}
+	if !smp.apiUp {
+		return // the condition is not known
+	}
+	healthy := smp.healthyFor(p.drivers)
+	ready := smp.ready[p.uid]
+	if ready {
+		delete(s.notReady, p.uid)
+	} else {
+		if healthy {
+			s.notReady[p.uid] += dt
 		}
-		if !smp.ready[uid] || !allMounted(smp, p) {
-			return fmt.Sprintf("pod %s not ready", p.name)
+		if d := s.notReady[p.uid]; d > h.cfg.ReadyBound && !s.reported[p.uid] {
+			s.reported[p.uid] = true
+			h.checker.Violate(InvNotReady, smp.at, "pod %s, created %s, has no VolumesReady=True after %v of healthy time (targets %v, mounted %v)",
+				p.name, stamp(p.created), d.Round(time.Second), p.targets, mountedOf(smp, p))
 		}
 	}
-	for uid := range c.deleted {
-		p, ok := byUID[uid]
-		if !ok {
+	if !ready || allMounted(smp, p) {
+		delete(s.readyUnmounted, p.uid)
+		delete(s.unmountedReported, p.uid)
+		return
+	}
+	if healthy {
+		s.readyUnmounted[p.uid] += dt
+	}
+	if d := s.readyUnmounted[p.uid]; d > h.cfg.ReadyGrace && !s.unmountedReported[p.uid] {
+		s.unmountedReported[p.uid] = true
+		h.checker.Violate(InvReadyUnmounted, smp.at, "pod %s is VolumesReady=True while its targets %v are not all mounted (mounted: %v), for %v of healthy time",
+			p.name, p.targets, mountedOf(smp, p), d.Round(100*time.Millisecond))
+	}
+}
+
+// unsettled says what still keeps the node from having converged; "" when it has: every pod
+// live at the end of the nemesis and still live is VolumesReady=True with its targets mounted;
+// every pod being deleted by then, or deleted since (whether or not the API server still has
+// it), has no target mounted; every volume of a staging driver no live pod wanted then, nor
+// wants now, is not staged.
+func (c *convergence) unsettled(h *Harness, smp sample, byUID map[types.UID]*workloadPod) string {
+	for _, uid := range sortedUIDs(c.live) {
+		if p, ok := byUID[uid]; ok && p.deleteIssued.IsZero() {
+			if !smp.ready[uid] || !allMounted(smp, p) {
+				return fmt.Sprintf("pod %s not ready (VolumesReady=True %v, mounted %v of %v)", p.name, smp.ready[uid], mountedOf(smp, p), p.targets)
+			}
 			continue
 		}
-		for _, t := range p.targets {
-			if smp.mounted[t] {
-				return fmt.Sprintf("pod %s (deleted) still mounted at %s", p.name, t)
-			}
+		// Deleted since: it must be torn down.
+		if t := firstMounted(smp, c.targets[uid]); t != "" {
+			return fmt.Sprintf("pod %s (deleted since) still mounted at %s", c.names[uid], t)
 		}
 	}
-	for k := range c.unwanted {
+	for _, uid := range sortedUIDs(c.deleted) {
+		if t := firstMounted(smp, c.targets[uid]); t != "" {
+			return fmt.Sprintf("pod %s (deleted) still mounted at %s", c.names[uid], t)
+		}
+	}
+	for _, k := range sortedVolKeys(c.unwanted) {
 		if h.vols.wanted(k) {
 			continue
 		}
@@ -326,4 +408,42 @@ func allMounted(smp sample, p *workloadPod) bool {
 		}
 	}
 	return true
+}
+
+// mountedOf lists the pod's targets the sample shows mounted.
+func mountedOf(smp sample, p *workloadPod) []string {
+	var out []string
+	for _, t := range p.targets {
+		if smp.mounted[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func firstMounted(smp sample, targets []string) string {
+	for _, t := range targets {
+		if smp.mounted[t] {
+			return t
+		}
+	}
+	return ""
+}
+
+func sortedUIDs(m map[types.UID]bool) []types.UID {
+	out := make([]types.UID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedVolKeys(m map[VolKey]bool) []VolKey {
+	out := make([]VolKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b VolKey) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }

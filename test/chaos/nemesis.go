@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,8 +34,8 @@ const (
 // nemesisWeights says how often each nemesis is picked.
 var nemesisWeights = map[string]int{
 	NemesisKillInStep:    30,
-	NemesisKillAnytime:   12,
-	NemesisKillTwice:     6,
+	NemesisKillAnytime:   20,
+	NemesisKillTwice:     8,
 	NemesisAPIOutage:     7,
 	NemesisOutageAndKill: 4,
 	NemesisPluginKill:    10,
@@ -105,7 +106,7 @@ func (n *nemeses) pick() string {
 func (n *nemeses) run(ctx context.Context, stop <-chan struct{}) {
 	h := n.h
 	for i := 0; ; i++ {
-		pause := time.Duration(1000+n.rng.IntN(4000)) * time.Millisecond
+		pause := time.Duration(500+n.rng.IntN(2000)) * time.Millisecond
 		select {
 		case <-ctx.Done():
 			return
@@ -120,7 +121,8 @@ func (n *nemeses) run(ctx context.Context, stop <-chan struct{}) {
 			return
 		}
 		if err != nil {
-			h.logf("chaos: nemesis %d %s: %v", i, name, err)
+			h.stats.nemesisError(name)
+			h.logf("chaos: ERROR: nemesis %d %s: %v", i, name, err)
 		}
 		h.stats.nemesis(name)
 		done := n.sampler.await(name)
@@ -191,8 +193,9 @@ func (n *nemeses) act(ctx context.Context, name string) (string, error) {
 			}
 			// The agent starts, but registers its Node only once the API server is back.
 			go func() {
-				if err := n.restartAgent(ctx); err != nil {
-					h.logf("chaos: restarting the agent during an outage: %v", err)
+				if err := n.restartAgent(ctx); err != nil && ctx.Err() == nil {
+					h.stats.nemesisError(NemesisOutageAndKill)
+					h.logf("chaos: ERROR: restarting the agent during an outage: %v", err)
 				}
 			}()
 			return nil
@@ -231,6 +234,45 @@ func (n *nemeses) act(ctx context.Context, name string) (string, error) {
 	return "", fmt.Errorf("unknown nemesis %q", name)
 }
 
+// nodeFault is the key of faultSet for a fault on the whole node (disk-full).
+const nodeFault = "*"
+
+// faultSet holds the nemesis faults in effect, by driver name (nodeFault for the whole node):
+// while a pod's plugin or the node is faulted, its time is not healthy (InvNotReady,
+// InvReadyUnmounted).
+type faultSet struct {
+	mu     sync.Mutex
+	active map[string]int
+}
+
+// begin records a fault on driver (or nodeFault); the returned func ends it.
+func (f *faultSet) begin(driver string) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active == nil {
+		f.active = map[string]int{}
+	}
+	f.active[driver]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.active[driver]--; f.active[driver] == 0 {
+			delete(f.active, driver)
+		}
+	}
+}
+
+// snapshot returns the drivers (and nodeFault) with a fault in effect.
+func (f *faultSet) snapshot() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]bool, len(f.active))
+	for d := range f.active {
+		out[d] = true
+	}
+	return out
+}
+
 // killInStep holds a node step in a plugin (a fault rule makes it hang) and kills the agent
 // while the step is in the plugin. When no such step comes within 20 s, the agent is killed
 // anyway.
@@ -243,6 +285,7 @@ func (n *nemeses) killInStep(ctx context.Context) (string, error) {
 		if !dp.caps.StageUnstage && (method == "NodeStageVolume" || method == "NodeUnstageVolume") {
 			continue
 		}
+		defer h.faults.begin(dp.name)()
 		if err := dp.setFaults(plugin.FaultRule{Method: method, Hang: true, Times: 1}); err != nil {
 			return "", err
 		}
@@ -335,6 +378,7 @@ func (h *Harness) apiOutage(ctx context.Context, d time.Duration, during func() 
 		}
 	}
 	h.checker.APIUp(time.Now())
+	h.apiBack.Store(time.Now())
 	h.apiDown.Store(false)
 	h.stats.outage(time.Since(began), during != nil)
 	return errors.Join(err, startErr)
@@ -344,6 +388,7 @@ func (h *Harness) apiOutage(ctx context.Context, d time.Duration, during func() 
 func (h *Harness) killPlugin(ctx context.Context, dp *driverPlugin, down time.Duration) error {
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
+	defer h.faults.begin(dp.name)()
 	if err := dp.Kill(); err != nil {
 		return err
 	}
@@ -359,6 +404,7 @@ func (dp *driverPlugin) setFaults(rules ...plugin.FaultRule) error {
 
 // faultFor applies fault rules to a plugin for d.
 func (h *Harness) faultFor(ctx context.Context, dp *driverPlugin, d time.Duration, rules ...plugin.FaultRule) error {
+	defer h.faults.begin(dp.name)()
 	if err := dp.setFaults(rules...); err != nil {
 		return err
 	}
@@ -374,6 +420,7 @@ const fillerName = ".chaos-disk-full"
 
 // diskFull fills the agent's root directory (a small tmpfs) for d, then frees it.
 func (h *Harness) diskFull(ctx context.Context, d time.Duration) error {
+	defer h.faults.begin(nodeFault)()
 	path := filepath.Join(h.agent.RootDir, fillerName)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {

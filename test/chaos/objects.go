@@ -23,10 +23,15 @@ type Vol struct {
 	StagingPath string
 }
 
-// PodVolume is one volume of a pod and the target path the layout gives it.
+// PodVolume is one volume of a pod and the paths the layout gives it.
 type PodVolume struct {
 	Vol    VolKey
 	Target string
+	// MapFile is, for a block volume, the agent's bind mount of the device in the global map
+	// path; empty for a filesystem volume.
+	MapFile string
+	// SubPaths is the directory below which the subPath mounts of the volume are.
+	SubPaths string
 }
 
 // Pod is what the checker knows of a pod the workload made.

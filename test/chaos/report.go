@@ -29,11 +29,17 @@ type Stats struct {
 	diskFulls int
 	attaches  int
 	detaches  int
+	// The errors of the run: each is a failure of the run.
+	nemErrs     map[string]int
+	unparsed    int
+	journalErrs int
+	samplerErrs int
 }
 
 func newStats(cfg Config) *Stats {
 	return &Stats{cfg: cfg, started: time.Now(), kills: map[string]int{}, nemeses: map[string]int{},
-		converge: map[string][]time.Duration{}, notConv: map[string]int{}, plugKills: map[string]int{}, codes: map[string]int{}}
+		converge: map[string][]time.Duration{}, notConv: map[string]int{}, plugKills: map[string]int{}, codes: map[string]int{},
+		nemErrs: map[string]int{}}
 }
 
 func (s *Stats) kill(point string) {
@@ -68,6 +74,27 @@ func (s *Stats) notConverged(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.notConv[name]++
+}
+
+func (s *Stats) nemesisError(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nemErrs[name]++
+}
+
+func (s *Stats) journalError(unparsed int, readErr bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unparsed += unparsed
+	if readErr {
+		s.journalErrs++
+	}
+}
+
+func (s *Stats) samplerError() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samplerErrs++
 }
 
 func (s *Stats) outage(d time.Duration, withKill bool) {
@@ -152,18 +179,54 @@ type Report struct {
 	FaultsSeen map[string]int
 	DiskFulls  int
 	ENOSPC     int
+	// Unmounts counts the mount points below the root the mount-table watch saw leave.
+	Unmounts int
 	// Gone counts the watches the agent had to relist after a 410 Gone (too old resource version).
 	Gone       int
 	Attaches   int
 	Detaches   int
 	Violations []Violation
-	LogDir     string
+	// The errors of the run, each a failure: nemeses that failed, by nemesis; journal lines that
+	// did not parse and journal reads that failed; samples (pods' conditions, mount table) that
+	// failed; the drain's error; and the nemeses after which the node did not converge (NotConv).
+	NemesisErrors map[string]int
+	UnparsedLines int
+	JournalErrors int
+	SamplerErrors int
+	DrainError    string
+	LogDir        string
 	// Interrupted says the run was stopped early: no drain, no final checks.
 	Interrupted bool
 }
 
-// Passed says whether the run found no violation.
-func (r *Report) Passed() bool { return len(r.Violations) == 0 && !r.Interrupted }
+// Passed says whether the run found no violation and had no error.
+func (r *Report) Passed() bool {
+	return len(r.Violations) == 0 && len(r.Failures()) == 0 && !r.Interrupted
+}
+
+// Failures lists the errors of the run that make it fail besides the violations.
+func (r *Report) Failures() []string {
+	var out []string
+	if n := sum(r.NemesisErrors); n > 0 {
+		out = append(out, fmt.Sprintf("%d nemesis errors (%s)", n, countList(r.NemesisErrors)))
+	}
+	if n := sum(r.NotConv); n > 0 {
+		out = append(out, fmt.Sprintf("%d nemeses not converged (%s)", n, countList(r.NotConv)))
+	}
+	if r.UnparsedLines > 0 {
+		out = append(out, fmt.Sprintf("%d unparsed journal lines", r.UnparsedLines))
+	}
+	if r.JournalErrors > 0 {
+		out = append(out, fmt.Sprintf("%d failed journal reads", r.JournalErrors))
+	}
+	if r.SamplerErrors > 0 {
+		out = append(out, fmt.Sprintf("%d sampler errors", r.SamplerErrors))
+	}
+	if r.DrainError != "" {
+		out = append(out, "drain: "+r.DrainError)
+	}
+	return out
+}
 
 // percentile returns the p-th percentile (0..100) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
@@ -206,7 +269,21 @@ func (r *Report) Write(w io.Writer) {
 	p("| plugin hangs past the CSI timeout | %d |", r.Hangs)
 	p("| error-code faults set / fired | %d / %d |", sum(r.Codes), faultsFired(r.FaultsSeen))
 	p("| &nbsp;&nbsp;codes set | %s |", countList(r.Codes))
+	p("| unmounts below the root seen by the mount-table watch | %d |", r.Unmounts)
 	p("| disk-full episodes on the root (tmpfs) / ENOSPC lines in the agent's log | %d / %d |", r.DiskFulls, r.ENOSPC)
+	p("")
+	p("| error of the run (each fails it) | count |")
+	p("|---|---|")
+	p("| nemesis errors | %d (%s) |", sum(r.NemesisErrors), countList(r.NemesisErrors))
+	p("| nemeses not converged within the timeout | %d (%s) |", sum(r.NotConv), countList(r.NotConv))
+	p("| unparsed journal lines | %d |", r.UnparsedLines)
+	p("| failed journal reads | %d |", r.JournalErrors)
+	p("| sampler errors (mount table, watch) | %d |", r.SamplerErrors)
+	drain := "none"
+	if r.DrainError != "" {
+		drain = strings.ReplaceAll(r.DrainError, "|", "\\|")
+	}
+	p("| drain (every pod deleted, the node converged) | %s |", drain)
 	p("")
 	p("| invariant | violations |")
 	p("|---|---|")

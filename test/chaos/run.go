@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
+	"github.com/csi-volmgr/csi-volmgr/test/plugin"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 // Run runs the workload and the nemeses until the Duration is over (or the Ops and Kills
@@ -33,6 +35,7 @@ func (h *Harness) Run(ctx context.Context, logDir string) (*Report, error) {
 	monitors.Go(func() { h.superviseAgent(monCtx) })
 	monitors.Go(func() { smp.run(monCtx) })
 	monitors.Go(func() { h.runAttacher(monCtx) })
+	monitors.Go(func() { h.watchMounts(monCtx) })
 
 	stopWork, stopNemeses := make(chan struct{}), make(chan struct{})
 	var work, nem sync.WaitGroup
@@ -83,12 +86,15 @@ wait:
 	stopMonitors()
 	monitors.Wait()
 	if err := h.pumpJournals(); err != nil {
-		return nil, err
+		h.logf("chaos: reading the journals at the end: %v", err)
 	}
 	h.checker.Finish()
 	h.finalChecks(ctx)
 	h.stopAgent()
 	rep := h.report(workload, logDir)
+	if drainErr != nil {
+		rep.DrainError = drainErr.Error()
+	}
 	return rep, errors.Join(drainErr, h.saveLogs(logDir))
 }
 
@@ -142,67 +148,105 @@ func (h *Harness) unsettledAtEnd(ctx context.Context) string {
 	return ""
 }
 
+// endState is what the node holds at the end, once every pod was deleted and the node
+// converged (or the drain gave up).
+type endState struct {
+	// stillStaged is what the journals show staged, uncertainly staged or published.
+	stillStaged []string
+	// pluginVols are the volumes in each plugin's state, by driver name.
+	pluginVols map[string][]plugin.Volume
+	// loops are the loop devices still backed by each plugin's files, by driver name.
+	loops map[string][]string
+	// mounted are the mount points left below the root.
+	mounted []string
+	// podsLeft are the pods the API server still has, and whether their deletion was requested.
+	podsLeft map[string]bool
+	// leftovers are the files and directories left below the root.
+	leftovers []string
+	// errs are the reads of the end state that failed.
+	errs []string
+}
+
 // finalChecks looks for what a run must not leave behind once all pods are gone.
 func (h *Harness) finalChecks(ctx context.Context) {
-	now := time.Now()
-	for _, held := range h.checker.StillStaged() {
-		h.checker.Violate(InvLostUnstage, now, "the journal shows %s after all pods are gone", held)
-	}
+	e := endState{stillStaged: h.checker.StillStaged(), pluginVols: map[string][]plugin.Volume{},
+		loops: map[string][]string{}, podsLeft: map[string]bool{}}
 	for _, role := range h.roles {
 		dp := h.plugins[role]
 		vols, err := dp.Volumes()
 		if err != nil {
-			h.checker.Violate(InvLeak, now, "reading the state of %s: %v", dp.name, err)
+			e.errs = append(e.errs, fmt.Sprintf("reading the state of %s: %v", dp.name, err))
 		}
-		for _, v := range vols {
-			switch {
-			case v.Staged != nil:
-				h.checker.Violate(InvLostUnstage, now, "%s^%s is staged at %s in the plugin's state", dp.name, v.ID, v.Staged.Path)
-			case len(v.Published) > 0:
-				h.checker.Violate(InvLeak, now, "%s^%s is published in the plugin's state at %v", dp.name, v.ID, keys(v.Published))
-			case len(v.Attachments) > 0:
-				h.checker.Violate(InvLeak, now, "%s^%s is still attached in the plugin's state", dp.name, v.ID)
-			case v.Ephemeral:
-				h.checker.Violate(InvLeak, now, "inline volume %s^%s was never deleted", dp.name, v.ID)
-			}
-		}
+		e.pluginVols[dp.name] = vols
 		loops, err := loopDevicesOf(dp.StateDir)
 		if err != nil {
-			h.checker.Violate(InvLeak, now, "listing loop devices: %v", err)
+			e.errs = append(e.errs, fmt.Sprintf("listing loop devices: %v", err))
 		}
-		for _, l := range loops {
-			h.checker.Violate(InvLeak, now, "loop device %s of %s is still attached", l, dp.name)
-		}
+		e.loops[dp.name] = loops
 	}
-	smp, err := h.takeSample(ctx)
+	mounted, err := readMountTable(h.agent.RootDir + "/")
 	if err != nil {
-		h.checker.Violate(InvLeak, now, "reading the mount table: %v", err)
+		e.errs = append(e.errs, fmt.Sprintf("reading the mount table: %v", err))
 	}
-	for mp := range smp.mounted {
-		h.checker.Violate(InvLeak, now, "%s is still mounted", mp)
-	}
+	e.mounted = sortedKeys(mounted)
 	lctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	pods, err := h.client.CoreV1().Pods(namespace).List(lctx, metav1.ListOptions{})
 	cancel()
 	if err != nil {
-		h.checker.Violate(InvLeak, now, "listing the pods left: %v", err)
+		e.errs = append(e.errs, fmt.Sprintf("listing the pods left: %v", err))
 	} else {
 		for _, pod := range pods.Items {
-			h.checker.Violate(InvLeak, now, "pod %s is still there (deletion requested %v): its deletion was never completed",
-				pod.Name, pod.DeletionTimestamp != nil)
+			e.podsLeft[pod.Name] = pod.DeletionTimestamp != nil
 		}
 	}
-	left, err := leftovers(h.layout, h.agent.RegistrationDir)
+	e.leftovers, err = leftovers(h.layout, h.agent.RegistrationDir)
 	if err != nil {
-		h.checker.Violate(InvLeak, now, "walking the root: %v", err)
+		e.errs = append(e.errs, fmt.Sprintf("walking the root: %v", err))
 	}
-	for _, l := range left {
-		h.checker.Violate(InvLeak, now, "%s is left in the root", l)
+	judgeEnd(h.checker, e, time.Now())
+}
+
+// judgeEnd records the violations of InvLostUnstage and InvLeak that the end state shows.
+func judgeEnd(c *Checker, e endState, now time.Time) {
+	for _, held := range e.stillStaged {
+		c.Violate(InvLostUnstage, now, "the journal shows %s after all pods are gone", held)
+	}
+	for _, msg := range e.errs {
+		c.Violate(InvLeak, now, "%s", msg)
+	}
+	for _, name := range sortedKeys(e.pluginVols) {
+		for _, v := range e.pluginVols[name] {
+			switch {
+			case v.Staged != nil:
+				c.Violate(InvLostUnstage, now, "%s^%s is staged at %s in the plugin's state", name, v.ID, v.Staged.Path)
+			case len(v.Published) > 0:
+				c.Violate(InvLeak, now, "%s^%s is published in the plugin's state at %v", name, v.ID, keys(v.Published))
+			case len(v.Attachments) > 0:
+				c.Violate(InvLeak, now, "%s^%s is still attached in the plugin's state", name, v.ID)
+			case v.Ephemeral:
+				c.Violate(InvLeak, now, "inline volume %s^%s was never deleted", name, v.ID)
+			}
+		}
+	}
+	for _, name := range sortedKeys(e.loops) {
+		for _, l := range e.loops[name] {
+			c.Violate(InvLeak, now, "loop device %s of %s is still attached", l, name)
+		}
+	}
+	for _, mp := range e.mounted {
+		c.Violate(InvLeak, now, "%s is still mounted", mp)
+	}
+	for _, name := range sortedKeys(e.podsLeft) {
+		c.Violate(InvLeak, now, "pod %s is still there (deletion requested %v): its deletion was never completed", name, e.podsLeft[name])
+	}
+	for _, l := range e.leftovers {
+		c.Violate(InvLeak, now, "%s is left in the root", l)
 	}
 }
 
-// leftovers lists what the agent left below its root: every file but the registration sockets,
-// and every directory below <root>/pods and below a driver's directory or the block layout's.
+// leftovers lists what the agent left below its root: every file but the registration sockets
+// and the running agent's own lock file and API socket, and every directory below <root>/pods
+// and below a driver's directory or the block layout's.
 func leftovers(layout paths.Layout, registrationDir string) ([]string, error) {
 	root := layout.Root()
 	skeleton := map[string]bool{
@@ -211,6 +255,9 @@ func leftovers(layout paths.Layout, registrationDir string) ([]string, error) {
 		filepath.Join(layout.PluginDir(), "volumeDevices"):            true,
 		filepath.Join(layout.PluginDir(), "volumeDevices", "staging"): true,
 		filepath.Join(layout.PluginDir(), "volumeDevices", "publish"): true,
+		// The agent still runs at the final checks: its lock and its API socket are there.
+		filepath.Join(root, volumemanager.LockFileName): true,
+		filepath.Join(root, volumemanager.SocketName):   true,
 	}
 	var out []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -267,10 +314,16 @@ func (h *Harness) stopAgent() {
 		h.checker.Violate(InvCrash, time.Now(), "reading the agent's log: %v", err)
 		return
 	}
+	checkAgentLog(h.checker, data, time.Now())
+}
+
+// checkAgentLog records a violation of InvCrash for each sign of a crash in the agent's log: a
+// panic, a fatal error (the runtime's, e.g. a concurrent map write) or a data race report.
+func checkAgentLog(c *Checker, data []byte, now time.Time) {
 	for _, marker := range []string{"panic:", "fatal error:", "WARNING: DATA RACE"} {
 		if i := bytes.Index(data, []byte(marker)); i >= 0 {
 			end := min(len(data), i+4000)
-			h.checker.Violate(InvCrash, time.Now(), "the agent's log shows %q:\n%s", marker, data[i:end])
+			c.Violate(InvCrash, now, "the agent's log shows %q:\n%s", marker, data[i:end])
 		}
 	}
 }
@@ -296,6 +349,7 @@ func (h *Harness) report(workload time.Duration, logDir string) *Report {
 		PlugKills: cloneCounts(s.plugKills), Hangs: s.hangs, Codes: cloneCounts(s.codes), FaultsSeen: h.checker.Faults(),
 		DiskFulls: s.diskFulls, ENOSPC: enospc, Gone: gone, Attaches: s.attaches, Detaches: s.detaches,
 		Violations: h.checker.Violations(), LogDir: logDir,
+		Unmounts: h.checker.Unmounts(), NemesisErrors: cloneCounts(s.nemErrs), UnparsedLines: s.unparsed, JournalErrors: s.journalErrs, SamplerErrors: s.samplerErrs,
 	}
 }
 

@@ -22,26 +22,28 @@ type tail struct {
 
 func newTail(path string) *tail { return &tail{path: path} }
 
-// Read returns the complete entries appended since the last Read.
-func (t *tail) Read() ([]plugin.Entry, error) {
+// Read returns the complete entries appended since the last Read, and the complete lines that
+// are not entries (each an error of the run; the lines after them are read all the same).
+func (t *tail) Read() ([]plugin.Entry, []string, error) {
 	f, err := os.Open(t.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open journal: %w", err)
+		return nil, nil, fmt.Errorf("open journal: %w", err)
 	}
 	defer func() { _ = f.Close() }()
 	if _, err := f.Seek(t.offset, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("seek journal: %w", err)
+		return nil, nil, fmt.Errorf("seek journal: %w", err)
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
+		return nil, nil, fmt.Errorf("read journal: %w", err)
 	}
 	t.offset += int64(len(data))
 	data = append(t.partial, data...)
 	var out []plugin.Entry
+	var bad []string
 	for {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
@@ -49,11 +51,12 @@ func (t *tail) Read() ([]plugin.Entry, error) {
 		}
 		var e plugin.Entry
 		if err := json.Unmarshal(data[:i], &e); err != nil {
-			return out, fmt.Errorf("journal %s: %w: %q", t.path, err, data[:i])
+			bad = append(bad, fmt.Sprintf("journal %s: %v: %q", t.path, err, data[:i]))
+		} else {
+			out = append(out, e)
 		}
-		out = append(out, e)
 		data = data[i+1:]
 	}
 	t.partial = append([]byte(nil), data...)
-	return out, nil
+	return out, bad, nil
 }

@@ -32,7 +32,10 @@ var poolSizes = []struct {
 	kind string
 	n    int
 }{
-	{kindSharedFS, 4}, {kindFS, 10}, {kindBlock, 5}, {kindAttach, 8}, {kindDirect, 3},
+	// Enough single-pod volumes for the live pods (about 0.6 of a pod's volumes are
+	// single-pod), so that pods do not fall back on the shared ones and volumes keep being staged
+	// and unstaged.
+	{kindSharedFS, 4}, {kindFS, 20}, {kindBlock, 8}, {kindAttach, 16}, {kindDirect, 3},
 }
 
 // poolVolume is a persistent volume of the run, with its PV and claim.
@@ -135,11 +138,14 @@ func (p *volumePool) wanted(k VolKey) bool {
 
 // workloadPod is a pod the workload made.
 type workloadPod struct {
-	name     string
-	uid      types.UID
-	vols     []*poolVolume
-	inline   []string // spec names of CSI inline volumes
-	targets  []string
+	name    string
+	uid     types.UID
+	vols    []*poolVolume
+	inline  []string // spec names of CSI inline volumes
+	targets []string
+	// drivers are the drivers of the pod's volumes: a fault on one keeps the pod's time from
+	// being healthy.
+	drivers  []string
 	created  time.Time
 	deleteAt time.Time
 	graceful bool
@@ -248,7 +254,7 @@ func (h *Harness) createPod(ctx context.Context, rng *rand.Rand) bool {
 	}
 	p := &workloadPod{
 		name: name, vols: vols, inline: inline,
-		deleteAt: time.Now().Add(time.Duration(rng.Int64N(int64(h.cfg.PodLifetime))) + time.Second),
+		deleteAt: time.Now().Add(h.cfg.ShortestPodLife + time.Duration(rng.Int64N(int64(h.cfg.LongestPodLife-h.cfg.ShortestPodLife)+1))),
 		graceful: rng.IntN(2) == 0,
 	}
 	pod := podObject(p)
@@ -309,7 +315,12 @@ func (h *Harness) registerPod(p *workloadPod, pod *corev1.Pod) {
 			panic(fmt.Sprintf("chaos: target of %s in %s: %v", v.pvName, p.name, err))
 		}
 		p.targets = append(p.targets, pub.Target)
-		cp.Volumes = append(cp.Volumes, PodVolume{Vol: v.key, Target: pub.Target})
+		p.addDriver(v.key.Driver)
+		sub, err := h.layout.SubPaths(p.uid, v.pvName)
+		if err != nil {
+			panic(fmt.Sprintf("chaos: subPaths of %s in %s: %v", v.pvName, p.name, err))
+		}
+		cp.Volumes = append(cp.Volumes, PodVolume{Vol: v.key, Target: pub.Target, MapFile: pub.MapFile, SubPaths: sub})
 	}
 	for _, spec := range p.inline {
 		key := VolKey{Driver: driverName(roleDirect), Handle: volume.InlineHandle(p.uid, spec)}
@@ -319,13 +330,24 @@ func (h *Harness) registerPod(p *workloadPod, pod *corev1.Pod) {
 			panic(fmt.Sprintf("chaos: target of %s in %s: %v", spec, p.name, err))
 		}
 		p.targets = append(p.targets, pub.Target)
-		cp.Volumes = append(cp.Volumes, PodVolume{Vol: key, Target: pub.Target})
+		p.addDriver(key.Driver)
+		sub, err := h.layout.SubPaths(p.uid, spec)
+		if err != nil {
+			panic(fmt.Sprintf("chaos: subPaths of %s in %s: %v", spec, p.name, err))
+		}
+		cp.Volumes = append(cp.Volumes, PodVolume{Vol: key, Target: pub.Target, SubPaths: sub})
 	}
 	h.checker.AddPod(cp)
 	h.pods.mu.Lock()
 	h.pods.byID[p.uid] = p
 	h.pods.created++
 	h.pods.mu.Unlock()
+}
+
+func (p *workloadPod) addDriver(d string) {
+	if !slices.Contains(p.drivers, d) {
+		p.drivers = append(p.drivers, d)
+	}
 }
 
 // podObject is the pod of p: one container that mounts the filesystem volumes and maps the

@@ -2,7 +2,9 @@
 // binary, a real kube-apiserver and the CSI test plugins, a workload of pods with volumes, and
 // nemeses at random moments, with the invariants checked throughout and at the end. It prints
 // the seed first and the figures last, writes them as Markdown to -report, and exits with
-// status 1 when an invariant was violated. Run it as root from the repository.
+// status 1 when an invariant was violated or the run had an error (a nemesis that failed, a
+// journal line that did not parse, a sample that failed, a drain or a convergence that did not
+// complete). Run it as root from the repository.
 package main
 
 import (
@@ -29,10 +31,13 @@ func run() int {
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "bound of the workload phase (the drain and the checks follow)")
 	flag.IntVar(&cfg.Ops, "ops", 0, "end the workload phase once the agent made this many node operations and -kills kills (0: run for -duration)")
 	flag.IntVar(&cfg.Kills, "kills", 0, "see -ops")
-	flag.IntVar(&cfg.LivePods, "live-pods", 12, "pods the workload keeps alive at once")
-	flag.DurationVar(&cfg.PodLifetime, "pod-lifetime", 20*time.Second, "longest life of a pod")
+	flag.IntVar(&cfg.LivePods, "live-pods", chaos.DefaultLivePods, "pods the workload keeps alive at once")
+	flag.DurationVar(&cfg.ShortestPodLife, "pod-lifetime-min", chaos.DefaultShortestPodLife, "shortest life of a pod")
+	flag.DurationVar(&cfg.LongestPodLife, "pod-lifetime-max", chaos.DefaultLongestPodLife, "longest life of a pod")
 	flag.DurationVar(&cfg.CSITimeout, "csi-timeout", 5*time.Second, "the agent's --csi-timeout")
-	flag.DurationVar(&cfg.ReadyBound, "ready-bound", time.Minute, "how long a pod may have its volumes mounted without VolumesReady=True")
+	flag.DurationVar(&cfg.ReadyBound, "ready-bound", chaos.DefaultReadyBound, "how long a live pod may be without VolumesReady=True, in healthy time")
+	flag.DurationVar(&cfg.OutageRecovery, "outage-recovery", 0, "time after an API server outage that is not yet healthy time (the agent's informers back off up to 30 s, jittered to 60 s, then once more after the 410 Gone of the restarted API server)")
+	flag.DurationVar(&cfg.ReadyGrace, "ready-grace", chaos.DefaultReadyGrace, "how long a live pod may be VolumesReady=True with a target not mounted, in healthy time")
 	flag.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", 5*time.Minute, "bound of the wait for convergence after each nemesis and at the end")
 	flag.IntVar(&cfg.AgentVerbosity, "v", 4, "the agent's log verbosity")
 	nemeses := flag.String("nemeses", "", "comma-separated nemeses to run (default all): "+strings.Join(chaos.NemesisNames(), ", "))
@@ -96,7 +101,11 @@ func run() int {
 		fmt.Printf("chaos: interrupted, %d violations so far (seed %d)\n", len(rep.Violations), cfg.Seed)
 		return 1
 	case !rep.Passed():
-		fmt.Printf("chaos: %d violations (seed %d)\n", len(rep.Violations), cfg.Seed)
+		fmt.Printf("chaos: FAILED: %d violations", len(rep.Violations))
+		for _, f := range rep.Failures() {
+			fmt.Printf("; %s", f)
+		}
+		fmt.Printf(" (seed %d)\n", cfg.Seed)
 		return 1
 	}
 	fmt.Printf("chaos: no violation (seed %d)\n", cfg.Seed)
