@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"k8s.io/mount-utils"
 
@@ -25,15 +24,27 @@ func reconstructInto(ctx context.Context, m *manager) error {
 	return err
 }
 
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+// mountTable reads the mount table with the parser the agent uses
+// (mount-utils').
+func mountTable() ([]mount.MountInfo, error) {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading the mount table: %w", err)
 	}
+	return infos, nil
+}
+
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	infos, err := mountTable()
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, m := range infos {
-		out = append(out, m.Mountpoint)
+		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, strings.TrimSuffix(dir, "/")+"/") {
+			out = append(out, m.MountPoint)
+		}
 	}
 	slices.SortFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	return slices.Compact(out), nil
@@ -41,11 +52,17 @@ func mountsUnder(dir string) ([]string, error) {
 
 // mountCount counts the mounts stacked at path.
 func mountCount(path string) (int, error) {
-	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return m.Mountpoint != path, false })
+	infos, err := mountTable()
 	if err != nil {
-		return 0, fmt.Errorf("reading the mount table: %w", err)
+		return 0, err
 	}
-	return len(infos), nil
+	n := 0
+	for _, m := range infos {
+		if m.MountPoint == path {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // sweep removes what is left below dir after the teardown: mounts
