@@ -231,6 +231,16 @@ func (e *env) connect(ctx context.Context) error {
 			return err
 		}
 	}
+	// A CO calls the controller service only of a plugin that advertises
+	// it (as the external-provisioner checks): a node-only plugin's
+	// volumes are --volume-handle's.
+	plugCaps, err := e.ctrl.GetPluginCapabilities(cctx)
+	if err != nil {
+		return fmt.Errorf("GetPluginCapabilities: %w", err)
+	}
+	if !hasControllerService(plugCaps) {
+		return nil
+	}
 	resp, err := e.ctrl.Controller().ControllerGetCapabilities(cctx, &csi.ControllerGetCapabilitiesRequest{})
 	if err == nil {
 		e.hasController = true
@@ -242,6 +252,17 @@ func (e *env) connect(ctx context.Context) error {
 		e.ctrlCapNames = capNames(types)
 	}
 	return nil
+}
+
+// hasControllerService says whether the plugin advertises the controller
+// service.
+func hasControllerService(resp *csi.GetPluginCapabilitiesResponse) bool {
+	for _, c := range resp.GetCapabilities() {
+		if c.GetService().GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE {
+			return true
+		}
+	}
+	return false
 }
 
 // canCreate says whether the check creates its volumes itself.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
@@ -327,6 +328,73 @@ func TestSkipsWhatTheDriverDoesNotOffer(t *testing.T) {
 		if res.Status != check.Pass {
 			t.Errorf("scenario %s: %s (%s: expected %s, got %s)", res.Name, res.Status, res.Reason, res.Expected, res.Got)
 		}
+	}
+	assertNothingLeft(t, scratch)
+}
+
+// TestTakesAVolumeHandleWithoutAController: against a node-only plugin (no
+// CONTROLLER_SERVICE) the check runs the filesystem scenarios on the
+// pre-provisioned volume --volume-handle names, skips what needs a new
+// volume (block) with the reason, and leaves the volume it did not create
+// where it was.
+func TestTakesAVolumeHandleWithoutAController(t *testing.T) {
+	scratch := t.TempDir()
+	caps := plugin.DefaultCapabilities()
+	caps.NodeOnly = true
+	p := plugintest.Start(t, plugintest.Options{Capabilities: &caps})
+	conn, err := p.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	created, err := csi.NewControllerClient(conn).CreateVolume(t.Context(), &csi.CreateVolumeRequest{
+		Name: "pre-provisioned",
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := created.GetVolume().GetVolumeId()
+
+	report, err := check.Run(t.Context(), check.Config{Endpoint: "unix://" + p.Endpoint, ScratchDir: scratch, Child: childCommand,
+		Timeout: 30 * time.Second, VolumeHandle: handle, VolumeContext: created.GetVolume().GetVolumeContext()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed := 0
+	for _, res := range report.Results {
+		switch {
+		case res.Name == "block-two-pods":
+			if res.Status != check.Skipped || !strings.Contains(res.Reason, "CREATE_DELETE_VOLUME") {
+				t.Errorf("scenario %s: %s (%s), want skipped for want of a controller", res.Name, res.Status, res.Reason)
+			}
+		case res.Status == check.Pass:
+			passed++
+			for _, c := range res.Calls {
+				if strings.HasPrefix(c.Method, "Controller") || c.Method == "CreateVolume" || c.Method == "DeleteVolume" {
+					t.Errorf("scenario %s called %s on a node-only plugin", res.Name, c.Method)
+				}
+			}
+		case res.Status == check.Fail:
+			t.Errorf("scenario %s: failed (%s: expected %s, got %s)", res.Name, res.Reason, res.Expected, res.Got)
+		}
+	}
+	if passed < 6 {
+		t.Errorf("%d scenarios passed on the given volume, want the filesystem ones (at least 6)", passed)
+	}
+	vols, err := p.Volumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, v := range vols {
+		found = found || v.ID == handle
+	}
+	if !found {
+		t.Errorf("volume %s, which the check did not create, is gone after the run", handle)
 	}
 	assertNothingLeft(t, scratch)
 }

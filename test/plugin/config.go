@@ -42,6 +42,10 @@ type Capabilities struct {
 	// With it on, NodeStageVolume and NodePublishVolume reject calls without the publish_context
 	// that ControllerPublishVolume returned.
 	ControllerPublish bool
+	// NodeOnly advertises no CONTROLLER_SERVICE plugin capability, as a node-only plugin (an NFS
+	// or secrets-store node plugin) does. The controller RPCs still answer, so that a test can
+	// create a volume out of band and hand its ID to a CO as a pre-provisioned volume.
+	NodeOnly bool
 }
 
 // DefaultCapabilities returns the capabilities the plugin has when no flag changes them: only STAGE_UNSTAGE_VOLUME.

@@ -28,7 +28,10 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	service := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 	}
-	caps := []*csi.PluginCapability{service(csi.PluginCapability_Service_CONTROLLER_SERVICE)}
+	var caps []*csi.PluginCapability
+	if !s.d.cfg.Capabilities.NodeOnly {
+		caps = append(caps, service(csi.PluginCapability_Service_CONTROLLER_SERVICE))
+	}
 	if len(s.d.cfg.Topology) > 0 {
 		caps = append(caps, service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
 	}

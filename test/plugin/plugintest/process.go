@@ -182,6 +182,7 @@ func (p *Plugin) commandLine(opts Options) []string {
 		flag("node-volume-mount-group", caps.VolumeMountGroup),
 		flag("single-node-multi-writer", caps.SingleNodeMultiWriter),
 		flag("controller-publish-unpublish", caps.ControllerPublish),
+		flag("node-only", caps.NodeOnly),
 	}
 	if opts.VolumeDirMode != 0 {
 		args = append(args, fmt.Sprintf("--volume-dir-mode=%o", uint32(opts.VolumeDirMode)))

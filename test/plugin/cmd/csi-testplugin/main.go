@@ -101,6 +101,7 @@ func main() {
 	fs.BoolVar(&cfg.Capabilities.VolumeHealth, "node-get-volume-health", cfg.Capabilities.VolumeHealth, "Advertise node GET_VOLUME_HEALTH.")
 	fs.BoolVar(&cfg.Capabilities.VolumeMountGroup, "node-volume-mount-group", cfg.Capabilities.VolumeMountGroup, "Advertise node VOLUME_MOUNT_GROUP.")
 	fs.BoolVar(&cfg.Capabilities.SingleNodeMultiWriter, "single-node-multi-writer", cfg.Capabilities.SingleNodeMultiWriter, "Advertise SINGLE_NODE_MULTI_WRITER (node and controller).")
+	fs.BoolVar(&cfg.Capabilities.NodeOnly, "node-only", cfg.Capabilities.NodeOnly, "Advertise no CONTROLLER_SERVICE (a node-only plugin); the controller RPCs still answer, for volumes created out of band.")
 	fs.BoolVar(&cfg.Capabilities.ControllerPublish, "controller-publish-unpublish", cfg.Capabilities.ControllerPublish, "Advertise controller PUBLISH_UNPUBLISH_VOLUME and PUBLISH_READONLY, and require their publish_context on the node.")
 	fs.Var(fileMode{&cfg.VolumeDirMode}, "volume-dir-mode", "Mode (octal) of a new filesystem volume's directory; 0755 stands for a freshly made filesystem. Default 0777.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
