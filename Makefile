@@ -279,7 +279,7 @@ kubelet-bench-bins: k8s-bins
 # 20,000 bind mounts stay out of the host's mount table, and go with the
 # namespace if the run is killed.
 .PHONY: bench-kubelet
-bench-kubelet: bench-kubelet-run ## csi-volmgr beside the real kubelet's volume manager (issue 24): both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 10 min by the estimate of `make bench-kubelet-plan`, on an otherwise idle machine); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
+bench-kubelet: bench-kubelet-run ## csi-volmgr beside the real kubelet's volume manager: both at the kubelet's API budget and each at its defaults, 30/110 pods, bursts of 110 and 1,000, attach lags, a 15-min steady state at 110 and 1,000 volumes, 3 runs in alternating order (about 2 h 10 min by the estimate of `make bench-kubelet-plan`, on an otherwise idle machine); results.json into docs/bench/, the table of docs/performance.md and the charts rendered from it.
 	$(MAKE) bench-kubelet-save
 
 .PHONY: bench-kubelet-plan
