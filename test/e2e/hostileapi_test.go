@@ -79,11 +79,16 @@ func (h *hostile) plugins() []*plugintest.Plugin {
 	return append([]*plugintest.Plugin{h.p}, h.extra...)
 }
 
-// name returns a short name unique within the test.
+// name returns a short name unique within the test and the API server
+// (PVs are cluster-scoped, and -count=2 runs the test again on the same
+// one): the driver's random first label and a counter.
 func (h *hostile) name(prefix string) string {
 	h.n++
-	return fmt.Sprintf("%s%d", prefix, h.n)
+	return fmt.Sprintf("%s%s-%d", prefix, h.id(), h.n)
 }
+
+// id is the random first label of the test's driver name.
+func (h *hostile) id() string { return strings.SplitN(h.driver, ".", 2)[0] }
 
 func (h *hostile) createCSIDriver(name string, mutate func(*storagev1.CSIDriver)) {
 	t := h.t
@@ -159,7 +164,7 @@ func (h *hostile) deleteAndWaitTornDown(t *testing.T, pods ...*corev1.Pod) {
 // (the PV's and the volumes') still fit one path component, and the volumes
 // are published.
 func (h *hostile) maxLengths(t *testing.T) {
-	pvName := strings.Repeat("p", 253)
+	pvName := h.id() + strings.Repeat("p", 253-len(h.id())) // cluster-scoped: unique per run
 	claimName := strings.Repeat("c", 253)
 	h.volumeOf(t, h.p, h.driver, pvName, claimName)
 	pod := h.podWith(t, strings.Repeat("a", 253),
