@@ -580,26 +580,37 @@ func uncertainStage(ctx context.Context, r *run) error {
 	return r.teardownAll(ctx, m, v, 0)
 }
 
-func crashAfterStage(ctx context.Context, r *run) error {
+// crashAndRestart runs steps on a new volume for pod 0 in a volume
+// manager process that is then SIGKILLed, and returns the volume manager
+// started after it, its actual state rebuilt from the records.
+func (r *run) crashAndRestart(ctx context.Context, steps ...string) (*manager, *vol, error) {
 	v, err := r.newVolume(ctx, volume.Filesystem)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if _, err := r.crash(ctx, v, 0, []string{"stage"}); err != nil {
-		return err
+	if _, err := r.crash(ctx, v, 0, steps); err != nil {
+		return nil, nil, err
 	}
 	if err := sleep(ctx, r.cfg.RestartDelay); err != nil {
-		return err
+		return nil, nil, err
 	}
 	m, err := r.newManager()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := reconstructInto(ctx, m); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if _, ok := m.world.Volume(v.name); !ok {
-		return errors.New("the restarted volume manager found no record of the stage")
+		return nil, nil, errors.New("the restarted volume manager found no record of the stage")
+	}
+	return m, v, nil
+}
+
+func crashAfterStage(ctx context.Context, r *run) error {
+	m, v, err := r.crashAndRestart(ctx, "stage")
+	if err != nil {
+		return err
 	}
 	if err := r.stage(ctx, m, v, nil, "stage again by the restarted volume manager"); err != nil {
 		return err
@@ -616,25 +627,9 @@ func crashAfterStage(ctx context.Context, r *run) error {
 }
 
 func crashAfterUnpublish(ctx context.Context, r *run) error {
-	v, err := r.newVolume(ctx, volume.Filesystem)
+	m, v, err := r.crashAndRestart(ctx, "stage", "publish", "unpublish")
 	if err != nil {
 		return err
-	}
-	if _, err := r.crash(ctx, v, 0, []string{"stage", "publish", "unpublish"}); err != nil {
-		return err
-	}
-	if err := sleep(ctx, r.cfg.RestartDelay); err != nil {
-		return err
-	}
-	m, err := r.newManager()
-	if err != nil {
-		return err
-	}
-	if err := reconstructInto(ctx, m); err != nil {
-		return err
-	}
-	if _, ok := m.world.Volume(v.name); !ok {
-		return errors.New("the restarted volume manager found no record of the stage")
 	}
 	// The pod is gone: whatever publish the records still show is torn down.
 	for _, vs := range m.world.Snapshot() {
