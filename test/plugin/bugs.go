@@ -15,7 +15,7 @@ type Bug string
 
 // The bugs the plugin knows.
 const (
-	// BugFailConcurrentPublish: NodePublishVolume holds a volume for a while (300ms) and fails
+	// BugFailConcurrentPublish: NodePublishVolume holds a volume for a while (1s) and fails
 	// (Internal) a publish of the same volume for another target meanwhile, instead of serving the
 	// parallel publishes the kubelet makes for the pods of one volume. (Aborted would be within
 	// the spec: the kubelet retries it.)

@@ -504,7 +504,7 @@ func applyMountGroup(dir, group string) error {
 const (
 	bugSlowStage      = 800 * time.Millisecond
 	bugSlowFirstStage = 1500 * time.Millisecond
-	bugSlowPublish    = 300 * time.Millisecond
+	bugSlowPublish    = time.Second
 )
 
 // failUnmounted is BugUnmountedTeardownFails: the error umount(2) gives for a path that is not a
