@@ -171,12 +171,17 @@ func TestCheckCommandCleansUpAfterSIGINT(t *testing.T) {
 			break
 		}
 	}
-	// crash-after-stage runs: its volume manager process staged the volume
-	// and was killed; the check waits for the restart.
-	time.Sleep(500 * time.Millisecond)
-	mounts, err := agenttest.MountsBelow(scratch)
-	if err != nil {
-		t.Fatal(err)
+	// crash-after-stage runs: its volume manager process stages the volume
+	// and is killed, and the check waits for the restart. Interrupt it once
+	// something is mounted in the scratch root.
+	var mounts []string
+	for deadline := time.Now().Add(10 * time.Second); len(mounts) == 0 && time.Now().Before(deadline); {
+		if mounts, err = agenttest.MountsBelow(scratch); err != nil {
+			t.Fatal(err)
+		}
+		if len(mounts) == 0 {
+			time.Sleep(10 * time.Millisecond) // polling the mount table
+		}
 	}
 	if len(mounts) == 0 {
 		t.Error("nothing mounted in the scratch root when SIGINT was sent: the test interrupts nothing")

@@ -6,6 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/mount-utils"
 )
 
 // Bug names a driver bug the plugin can be switched to (the control file's "bugs"). Each is a
@@ -93,4 +98,21 @@ func emptyDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// Pauses of the bugs that make a step slow.
+const (
+	bugSlowStage      = 800 * time.Millisecond
+	bugSlowFirstStage = 1500 * time.Millisecond
+	bugSlowPublish    = time.Second
+)
+
+// failUnmounted is BugUnmountedTeardownFails: the error umount(2) gives for a path that is not a
+// mount point, as a driver that unmounts without looking passes it on.
+func failUnmounted(m mount.Interface, path string) error {
+	mounted, err := m.IsMountPoint(path)
+	if err != nil || mounted {
+		return nil
+	}
+	return status.Errorf(codes.Internal, "bug unmounted-teardown-fails: umount %s: %v", path, unix.EINVAL)
 }

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/loopdev"
 )
@@ -498,21 +497,4 @@ func applyMountGroup(dir, group string) error {
 		return fmt.Errorf("chmod volume directory: %w", err)
 	}
 	return nil
-}
-
-// Pauses of the bugs that make a step slow.
-const (
-	bugSlowStage      = 800 * time.Millisecond
-	bugSlowFirstStage = 1500 * time.Millisecond
-	bugSlowPublish    = time.Second
-)
-
-// failUnmounted is BugUnmountedTeardownFails: the error umount(2) gives for a path that is not a
-// mount point, as a driver that unmounts without looking passes it on.
-func failUnmounted(m mount.Interface, path string) error {
-	mounted, err := m.IsMountPoint(path)
-	if err != nil || mounted {
-		return nil
-	}
-	return status.Errorf(codes.Internal, "bug unmounted-teardown-fails: umount %s: %v", path, unix.EINVAL)
 }
