@@ -97,6 +97,10 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 		if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+stopped, tc.token); code != tc.want {
 			t.Errorf("POST containers-stopped over TCP with %s answered %d, want %d", tc.who, code, tc.want)
 		}
+		// An empty running-pods report would release every held pod.
+		if code := call(t, http.DefaultClient, http.MethodPut, tcpURL+volumemanager.RunningPodsPath, tc.token); code != tc.want {
+			t.Errorf("PUT running-pods over TCP with %s answered %d, want %d", tc.who, code, tc.want)
+		}
 		for _, p := range []string{volumemanager.PodsPath, "/debug/pprof/"} {
 			if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+p, tc.token); code != tc.want {
 				t.Errorf("GET %s over TCP with %s answered %d, want %d", p, tc.who, code, tc.want)
