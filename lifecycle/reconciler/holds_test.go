@@ -57,7 +57,19 @@ func TestHeldPodKeepsItsVolumeUntilReleased(t *testing.T) {
 	key := volume.PodKey{Volume: name, Pod: "p1"}
 	h.desired.DeletePod("p1")
 	eventually(t, "the held pod asked for", func() bool { return holds.askedFor("p1") > 0 && holds.askedFor("disk") > 0 })
+	// The deletion's events may hand the key over a few more times (the
+	// volume's teardown enqueues its publishers); wait until that is over:
+	// a key that is retried is never quiet for 50ms (RetryMaxDelay is 10ms).
 	handled := h.seenCount(key)
+	for deadline := time.Now().Add(5 * time.Second); ; handled = h.seenCount(key) {
+		time.Sleep(50 * time.Millisecond)
+		if h.seenCount(key) == handled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the held key is still handled again and again after 5s: a held pod is retried")
+		}
+	}
 	time.Sleep(200 * time.Millisecond) // many retry delays (RetryMaxDelay is 10ms)
 	if calls := h.ops.history(); len(calls) != 3 {
 		t.Fatalf("steps on held pods: %q", calls)

@@ -237,9 +237,15 @@ func TestVolumesInUseOnlyWhenAttachRequired(t *testing.T) {
 	h.drivers.mu.Unlock()
 	h.setPod("p1", pvSource("h1"), volume.Source{ID: volume.ID{Driver: noAttach, Handle: "h2", PVName: "pv-h2", AccessType: volume.Filesystem}})
 	eventually(t, "p1 ready", func() bool { s, _ := h.status.get("p1"); return s.Ready })
-	inUse.mu.Lock()
-	got := slices.Clone(inUse.set)
-	inUse.mu.Unlock()
+	// volumesInUse is written apart from the pod's status: wait for the
+	// attached volume in it, then look at both.
+	var got []volume.Name
+	eventually(t, "the attached volume in volumesInUse", func() bool {
+		inUse.mu.Lock()
+		defer inUse.mu.Unlock()
+		got = slices.Clone(inUse.set)
+		return slices.Contains(got, attached)
+	})
 	if !slices.Contains(got, attached) || slices.Contains(got, free) {
 		t.Errorf("volumesInUse = %v, want %s and not %s", got, attached, free)
 	}

@@ -345,8 +345,12 @@ func (h *hostile) keptFor(t *testing.T, pod *corev1.Pod, handle string) {
 	if err != nil || c == nil || c.Status != corev1.ConditionTrue {
 		t.Errorf("the running pod's condition is %+v (%v), want True", c, err)
 	}
+	// A new pod of the claim may be published the old volume for a moment,
+	// while the agent's cache still has the old PV, and then unpublished:
+	// only the running pod's target, and the volume's stage, count.
+	podDir := filepath.Join(h.a.Root, "pods", string(pod.UID)) + "/"
 	for _, call := range volumeCalls(t, h.p, handle) {
-		if call.Begin.Method == nodeUnpublish || call.Begin.Method == nodeUnstage {
+		if call.Begin.Method == nodeUnstage || (call.Begin.Method == nodeUnpublish && strings.HasPrefix(call.Begin.TargetPath, podDir)) {
 			t.Errorf("%s of the running pod's volume %s", call.Begin.Method, handle)
 		}
 	}
