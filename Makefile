@@ -300,9 +300,11 @@ bench-kubelet-save: ## Copy KUBELET_BENCH_RESULTS/results.json to BENCH_JSON (do
 	$(MAKE) bench-render BENCH_JSON=$(BENCH_JSON)
 
 .PHONY: bench-render
-bench-render: ## Render docs/performance.md's table and docs/bench/*.svg from the committed BENCH_JSON (no measurement).
+bench-render: ## Render docs/performance.md's table, README's headline table and docs/bench/*.svg from the committed BENCH_JSON (no measurement).
 	cd test/kubelet && $(GO) run ./cmd/benchrender -in $(CURDIR)/$(BENCH_JSON) -source $(BENCH_JSON) \
 	  -md $(CURDIR)/docs/performance.md -svg $(CURDIR)/$(BENCH_DOCS)
+	cd test/kubelet && $(GO) run ./cmd/benchrender -in $(CURDIR)/$(BENCH_JSON) -source $(BENCH_JSON) \
+	  -md $(CURDIR)/README.md -name readme -headline
 
 .PHONY: bench-kubelet-stress
 bench-kubelet-stress: kubelet-bench-bins ## The stress rows, run once: bursts of 3,000, 5,000 and 10,000 pods, restart with 5,000 volumes, every column (about 1 h 15 min: the kubelet alone takes about 40 min); results into docs/bench/<day>-<commit>-stress.json and the stress table of docs/performance.md.

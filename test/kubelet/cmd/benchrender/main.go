@@ -7,7 +7,8 @@
 // The table replaces what stands between the lines
 // "<!-- benchrender:begin -->" and "<!-- benchrender:end -->" of each -md
 // file ("<!-- benchrender:NAME:begin -->" … with -name NAME), the results
-// file named above it (-source, default -in); each chart of
+// file named above it (-source, default -in); -headline renders the short
+// table README shows instead; each chart of
 // benchresults.Charts with data goes to <svg dir>/<chart>.svg.
 package main
 
@@ -48,6 +49,7 @@ func run(args []string) error {
 	svgDir := fs.String("svg", "", "directory of the charts; empty: none")
 	source := fs.String("source", "", "the results file as the rendered text names it (default: -in)")
 	name := fs.String("name", "", "the markers' name: <!-- benchrender:NAME:begin --> (default: <!-- benchrender:begin -->)")
+	headline := fs.Bool("headline", false, "render the short headline table (README) instead of the whole table")
 	var md mdFiles
 	fs.Var(&md, "md", "Markdown file whose marked part gets the table (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -63,8 +65,12 @@ func run(args []string) error {
 	if *source == "" {
 		*source = *in
 	}
+	table := f.Markdown()
+	if *headline {
+		table = f.Headline()
+	}
 	for _, path := range md {
-		if err := renderInto(path, *source, *name, f); err != nil {
+		if err := renderInto(path, *source, *name, table); err != nil {
 			return err
 		}
 	}
@@ -86,8 +92,8 @@ func run(args []string) error {
 }
 
 // renderInto replaces the marked part of the Markdown file at path with
-// the table of f (read from source).
-func renderInto(path, source, name string, f *benchresults.File) error {
+// table (rendered from source).
+func renderInto(path, source, name, table string) error {
 	beginMarker, endMarker := markers(name)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -100,6 +106,6 @@ func renderInto(path, source, name string, f *benchresults.File) error {
 		return fmt.Errorf("%s: no %q … %q", path, beginMarker, endMarker)
 	}
 	body := fmt.Sprintf("%s\n<!-- rendered by test/kubelet/cmd/benchrender from %s; do not edit -->\n\n%s\n",
-		beginMarker, filepath.ToSlash(source), f.Markdown())
+		beginMarker, filepath.ToSlash(source), table)
 	return os.WriteFile(path, []byte(text[:i]+body+text[j:]), 0o644)
 }

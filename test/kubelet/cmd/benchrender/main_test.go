@@ -86,3 +86,40 @@ func TestRender(t *testing.T) {
 		t.Error("a second rendering changed the file")
 	}
 }
+
+// TestRenderHeadline: -headline renders README's short table into its
+// own markers: the headline figures the file has (the 110- and
+// 1,000-pod bursts' p99 here), none it lacks, and the aims.
+func TestRenderHeadline(t *testing.T) {
+	dir := t.TempDir()
+	md := filepath.Join(dir, "README.md")
+	beginMarker, endMarker := markers("readme")
+	if err := os.WriteFile(md, []byte("# README\n\n"+beginMarker+"\nold\n"+endMarker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"-in", "testdata/results.json", "-md", md, "-name", "readme", "-headline"}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for _, want := range []string{
+		"Commit `0123456789ab` (clean)",
+		"| figure | kubelet | csi-volmgr@50/100 | ÷ |",
+		"| burst of 110 pods: per-pod p99, create → published (s) | 12.0 | 1.00 | 12.0× |",
+		"| burst of 1,000 pods: per-pod p99, create → published (s) | 75.0 (70.0–80.0) [2 of 3 runs; did not finish] | 18.0 (16.0–20.0) | 4.17× |",
+		"- per-pod p99 from pod creation to published, 110-pod burst, equal budgets: at least 10× better than the kubelet: 12.0×",
+		endMarker,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("headline lacks %q:\n%s", want, text)
+		}
+	}
+	for _, unwanted := range []string{"\nold\n", "steady state", "attached → stage"} {
+		if strings.Contains(text, unwanted) {
+			t.Errorf("headline has %q:\n%s", unwanted, text)
+		}
+	}
+}
