@@ -20,7 +20,7 @@ func (s *Source) setupPods() error {
 	selector := fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
 	tweak := func(o *metav1.ListOptions) { o.FieldSelector = selector }
 	s.podF = informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-		informers.WithTweakListOptions(tweak), informers.WithTransform(stripManagedFields))
+		informers.WithTweakListOptions(tweak), informers.WithTransform(trimPodTransform))
 	s.podWatch = &watchHealth{now: time.Now}
 	s.podInf = s.podF.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, _ time.Duration) cache.SharedIndexInformer {
 		return newPodInformer(client, tweak, s.podWatch)
@@ -38,7 +38,7 @@ func (s *Source) setupPods() error {
 }
 
 // PodByName returns the node's pod with the given namespace and name from
-// the cache.
+// the cache: only the fields the agent reads (trim.go).
 func (s *Source) PodByName(namespace, name string) (*corev1.Pod, bool) {
 	obj, exists, err := s.podInf.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil || !exists {
@@ -51,8 +51,9 @@ func (s *Source) PodByName(namespace, name string) (*corev1.Pod, bool) {
 	return pod, true
 }
 
-// Pod returns the pod with the given UID if it is bound to this node. The
-// pod is shared with the cache: never modify it. The UID is looked up in
+// Pod returns the pod with the given UID if it is bound to this node, with
+// only the fields the agent reads (trim.go). The pod is shared with the
+// cache: never modify it. The UID is looked up in
 // podKeys, which the event handlers keep (an indexer's UID index cost about
 // a KiB per pod).
 func (s *Source) Pod(uid types.UID) (*corev1.Pod, bool) {
@@ -73,8 +74,9 @@ func (s *Source) Pod(uid types.UID) (*corev1.Pod, bool) {
 	return pod, true
 }
 
-// Pods returns every pod bound to this node. The pods are shared with the
-// cache: never modify them.
+// Pods returns every pod bound to this node, with only the fields the
+// agent reads (trim.go). The pods are shared with the cache: never modify
+// them.
 func (s *Source) Pods() []*corev1.Pod {
 	objs := s.podInf.GetIndexer().List()
 	pods := make([]*corev1.Pod, 0, len(objs))
