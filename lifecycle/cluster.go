@@ -110,10 +110,9 @@ func (c *clusterMode) inputs() inputs { return c.in }
 
 func (c *clusterMode) steps(ops *operations.Operations) reconciler.Operations { return ops }
 
-func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
+func (c *clusterMode) runInputs(ctx context.Context, rec *reconciler.Reconciler) {
 	// Subscribed before the sources start, so no change is missed.
 	c.src.OnAttachmentChange(rec.AttachmentChanged)
-	// A pod's or the Node's next change restores what others overwrote.
 	c.src.OnPodChange(c.conds.Recheck)
 	c.node.OnUpdate(c.inUse.NodeChanged)
 	c.node.OnChange(c.observeOwner)
@@ -126,6 +125,11 @@ func (c *clusterMode) run(ctx context.Context, rec *reconciler.Reconciler) {
 			c.observeOwner()
 		}
 	})
+	wg.Wait()
+}
+
+func (c *clusterMode) runOutputs(ctx context.Context, rec *reconciler.Reconciler) {
+	var wg sync.WaitGroup
 	wg.Go(func() { c.conds.Run(ctx, 4) })
 	wg.Go(func() { c.inUse.Run(ctx, rec.Reported) })
 	wg.Go(func() { c.expand.Run(ctx, 2) })

@@ -158,8 +158,9 @@ func (c *Config) validate() error {
 
 // Manager runs the volume lifecycle of one node. New builds every part in
 // dependency order (the mode's inputs, the populator, the operations, the
-// reconciler) and connects them; Run rebuilds the actual state from disk and
-// then runs them.
+// reconciler) and connects them; Run rebuilds the actual state from disk
+// while the sources and the populator build the desired state, and then
+// runs the rest.
 type Manager struct {
 	cfg     Config
 	layout  paths.Layout
@@ -182,8 +183,10 @@ type Manager struct {
 	holds *runtimepods.Pods
 
 	// reconstructed is closed once Run has rebuilt the actual state;
-	// reconstruction is set before.
+	// reconstruction is set before. rebuilt is closed then too, or when
+	// the rebuilding failed.
 	reconstructed  chan struct{}
+	rebuilt        chan struct{}
 	reconstruction reconstruct.Result
 	// ready is set once reconstruction is done and the desired state
 	// synced; synced is closed at the same moment.
@@ -206,6 +209,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		world:         asw.New(asw.Options{}),
 		desire:        dsw.New(),
 		reconstructed: make(chan struct{}),
+		rebuilt:       make(chan struct{}),
 		synced:        make(chan struct{}),
 	}
 	met, err := metrics.New(metrics.Config{Registerer: cfg.Registerer, Volumes: m.volumeCounts})
@@ -249,7 +253,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
 		Node:                     in.node, SELinux: seLinux,
-		Published: publishedIn{m.world}, Terminal: terminal,
+		Published: publishedIn{world: m.world, whole: m.rebuilt}, Terminal: terminal,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}
@@ -350,25 +354,40 @@ func (m *Manager) Reconstruction() reconstruct.Result {
 // Reconstructed is closed.
 func (m *Manager) Operations() *operations.Operations { return m.ops }
 
-// Run reconstructs the actual state, then runs the mode's inputs, the
-// populator, the reconciler and the outputs until ctx ends. It never tears
-// anything down on its way out. Call it once.
+// rebuildActualState is reconstruct.Run; a test holds it to see what runs
+// meanwhile.
+var rebuildActualState = reconstruct.Run
+
+// Run runs the lifecycle until ctx ends: the mode's sources and the
+// populator at once, building the desired state from the API while the
+// actual state is rebuilt from disk (a restart with thousands of volumes
+// would otherwise read the records and then the objects, one after the
+// other); the reconciler, the mode's status writers and the checks of
+// what is mounted once the actual state is whole. It never tears anything
+// down on its way out. Call it once.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	res, err := reconstruct.Run(ctx, m.layout, m.mounter, m.world)
+	inputsCtx, stopInputs := context.WithCancel(ctx)
+	defer stopInputs()
+	var inputs sync.WaitGroup
+	inputs.Go(func() { m.mode.runInputs(inputsCtx, m.rec) })
+	inputs.Go(func() {
+		if err := m.pop.Run(inputsCtx); err != nil && inputsCtx.Err() == nil {
+			logger.Error(err, "Populator stopped")
+		}
+	})
+	res, err := rebuildActualState(ctx, m.layout, m.mounter, m.world)
+	close(m.rebuilt)
 	if err != nil {
+		stopInputs()
+		inputs.Wait()
 		return errors.Join(fmt.Errorf("reconstruct actual state: %w", err), m.mode.close())
 	}
 	m.reconstruction = res
 	close(m.reconstructed)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { m.mode.run(ctx, m.rec) })
-	wg.Go(func() {
-		if err := m.pop.Run(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Populator stopped")
-		}
-	})
+	wg.Go(func() { m.mode.runOutputs(ctx, m.rec) })
 	wg.Go(func() { m.rec.Run(ctx) })
 	wg.Go(func() { m.runChanges(ctx) })
 	wg.Go(func() {
@@ -381,6 +400,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Wait()
+	inputs.Wait()
 	return m.mode.close()
 }
 
@@ -430,8 +450,14 @@ func (o readyObservers) ObservePodReady(pod volume.PodInfo, firstSeen, ready tim
 }
 
 // publishedIn tells the populator which pod volumes the actual state has
-// (published, or uncertain).
-type publishedIn struct{ world *asw.World }
+// (published, or uncertain). The populator runs while the actual state is
+// being rebuilt from disk: an answer waits until it is whole (or its
+// rebuilding failed), so that a running pod's volume is never taken for
+// one it was only about to get.
+type publishedIn struct {
+	world *asw.World
+	whole <-chan struct{}
+}
 
 // wantedIn is the desired state as operations ask it, under a step's lock,
 // whether a stage or publish is still wanted.
@@ -445,6 +471,7 @@ func (w wantedIn) UseWanted(key volume.PodKey) bool {
 }
 
 func (p publishedIn) Published(key volume.PodKey) bool {
+	<-p.whole
 	_, ok := p.world.Pod(key)
 	return ok
 }

@@ -20,9 +20,15 @@ type mode interface {
 	// steps returns the steps the reconciler runs: ops itself, or ops
 	// with the mode's own work around them.
 	steps(ops *operations.Operations) reconciler.Operations
-	// run runs the mode's goroutines, telling rec of the mode's events,
-	// until ctx ends.
-	run(ctx context.Context, rec *reconciler.Reconciler)
+	// runInputs runs the mode's sources, telling rec of their events,
+	// until ctx ends. It starts while the actual state is still being
+	// read from disk: nothing it runs may act on a volume or write a
+	// status (rec only queues what it is told until it runs).
+	runInputs(ctx context.Context, rec *reconciler.Reconciler)
+	// runOutputs runs the rest of the mode's goroutines (status writers,
+	// attachers, expansion), telling rec of the mode's events, until ctx
+	// ends. It starts once the actual state is whole.
+	runOutputs(ctx context.Context, rec *reconciler.Reconciler)
 	// close releases what the mode holds; it is called once, after run
 	// returned or when the Manager could not be built.
 	close() error

@@ -77,16 +77,15 @@ func (s *standaloneMode) steps(ops *operations.Operations) reconciler.Operations
 	return s.att.Wrap(ops)
 }
 
-func (s *standaloneMode) run(ctx context.Context, _ *reconciler.Reconciler) {
+func (s *standaloneMode) runInputs(ctx context.Context, _ *reconciler.Reconciler) {
+	if err := s.src.Run(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Standalone source stopped")
+	}
+}
+
+func (s *standaloneMode) runOutputs(ctx context.Context, _ *reconciler.Reconciler) {
 	s.drivers.OnRegistered(s.att.DriverRegistered)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := s.src.Run(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "Standalone source stopped")
-		}
-	})
-	wg.Go(func() { s.att.Run(ctx) })
-	wg.Wait()
+	s.att.Run(ctx)
 }
 
 func (s *standaloneMode) close() error {
