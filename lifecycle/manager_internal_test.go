@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -90,7 +91,12 @@ func TestDesiredStateBuiltWhileReconstructing(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 
 	select {
 	case <-entered:
