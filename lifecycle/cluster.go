@@ -113,6 +113,7 @@ func (c *clusterMode) steps(ops *operations.Operations) reconciler.Operations { 
 func (c *clusterMode) runInputs(ctx context.Context, rec *reconciler.Reconciler) {
 	// Subscribed before the sources start, so no change is missed.
 	c.src.OnAttachmentChange(rec.AttachmentChanged)
+	// A pod's or the Node's next change restores what others overwrote.
 	c.src.OnPodChange(c.conds.Recheck)
 	c.node.OnUpdate(c.inUse.NodeChanged)
 	c.node.OnChange(c.observeOwner)

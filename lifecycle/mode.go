@@ -29,8 +29,9 @@ type mode interface {
 	// attachers, expansion), telling rec of the mode's events, until ctx
 	// ends. It starts once the actual state is whole.
 	runOutputs(ctx context.Context, rec *reconciler.Reconciler)
-	// close releases what the mode holds; it is called once, after run
-	// returned or when the Manager could not be built.
+	// close releases what the mode holds; it is called once, after
+	// runInputs and runOutputs returned or when the Manager could not be
+	// built.
 	close() error
 }
 
