@@ -15,19 +15,9 @@ import (
 // text outside the markers stays, and that the charts are well-formed SVG.
 func TestRender(t *testing.T) {
 	dir := t.TempDir()
-	md := filepath.Join(dir, "perf.md")
 	beginMarker, endMarker := markers("")
-	if err := os.WriteFile(md, []byte("# Before\n\n"+beginMarker+"\nold table\n"+endMarker+"\n\nAfter.\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := run([]string{"-in", "testdata/results.json", "-md", md, "-svg", dir}); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(md)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
+	md := filepath.Join(dir, "perf.md")
+	text := renderFixture(t, md, "# Before\n\n"+beginMarker+"\nold table\n"+endMarker+"\n\nAfter.\n", "-svg", dir)
 	for _, want := range []string{
 		"# Before\n\n" + beginMarker + "\n",
 		"rendered by test/kubelet/cmd/benchrender from testdata/results.json",
@@ -91,20 +81,9 @@ func TestRender(t *testing.T) {
 // own markers: the headline figures the file has (the 110- and
 // 1,000-pod bursts' p99 here), none it lacks, and the aims.
 func TestRenderHeadline(t *testing.T) {
-	dir := t.TempDir()
-	md := filepath.Join(dir, "README.md")
 	beginMarker, endMarker := markers("readme")
-	if err := os.WriteFile(md, []byte("# README\n\n"+beginMarker+"\nold\n"+endMarker+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := run([]string{"-in", "testdata/results.json", "-md", md, "-name", "readme", "-headline"}); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(md)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
+	text := renderFixture(t, filepath.Join(t.TempDir(), "README.md"), "# README\n\n"+beginMarker+"\nold\n"+endMarker+"\n",
+		"-name", "readme", "-headline")
 	for _, want := range []string{
 		"Commit `0123456789ab` (clean)",
 		"| figure | kubelet | csi-volmgr@50/100 | ÷ |",
@@ -122,4 +101,21 @@ func TestRenderHeadline(t *testing.T) {
 			t.Errorf("headline has %q:\n%s", unwanted, text)
 		}
 	}
+}
+
+// renderFixture writes text to the Markdown file md, renders the fixture
+// results into it with the further flags, and returns what md then holds.
+func renderFixture(t *testing.T, md, text string, flags ...string) string {
+	t.Helper()
+	if err := os.WriteFile(md, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(append([]string{"-in", "testdata/results.json", "-md", md}, flags...)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
