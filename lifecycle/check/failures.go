@@ -15,11 +15,7 @@ import (
 // stage, the volume manager killed between steps, the driver restarted.
 
 func uncertainStage(ctx context.Context, r *run) error {
-	m, err := r.newManager()
-	if err != nil {
-		return err
-	}
-	v, err := r.newVolume(ctx, volume.Filesystem)
+	m, v, err := r.managerAndVolume(ctx, volume.Filesystem)
 	if err != nil {
 		return err
 	}
@@ -84,11 +80,7 @@ func crashAfterStage(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	if err := r.stage(ctx, m, v, nil, "stage again by the restarted volume manager"); err != nil {
-		return err
-	}
-	key, pv := pod(v, 0)
-	target, err := r.publish(ctx, m, v, key, pv, "publish by the restarted volume manager")
+	target, err := r.restage(ctx, m, v, 0, "stage again by the restarted volume manager", "publish by the restarted volume manager")
 	if err != nil {
 		return err
 	}

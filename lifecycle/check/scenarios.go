@@ -289,11 +289,7 @@ func dataSurvives(ctx context.Context, r *run) error {
 	if err := r.teardownAll(ctx, m, v, 0); err != nil {
 		return err
 	}
-	if err := r.stage(ctx, m, v, nil, "stage again"); err != nil {
-		return err
-	}
-	key, pv := pod(v, 1)
-	target, err := r.publish(ctx, m, v, key, pv, "publish for pod-1")
+	target, err := r.restage(ctx, m, v, 1, "stage again", "publish for pod-1")
 	if err != nil {
 		return err
 	}
@@ -323,11 +319,7 @@ func blockTwoPods(ctx context.Context, r *run) error {
 }
 
 func volumeMountGroup(ctx context.Context, r *run) error {
-	m, err := r.newManager()
-	if err != nil {
-		return err
-	}
-	v, err := r.newVolume(ctx, volume.Filesystem)
+	m, v, err := r.managerAndVolume(ctx, volume.Filesystem)
 	if err != nil {
 		return err
 	}

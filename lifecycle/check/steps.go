@@ -76,11 +76,7 @@ func (r *run) unstage(ctx context.Context, m *manager, v *vol, step string) erro
 // setup makes a manager and a volume staged and published for the pods
 // given, returning their targets.
 func (r *run) setup(ctx context.Context, access volume.AccessType, pods ...int) (*manager, *vol, []string, error) {
-	m, err := r.newManager()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	v, err := r.newVolume(ctx, access)
+	m, v, err := r.managerAndVolume(ctx, access)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -97,6 +93,30 @@ func (r *run) setup(ctx context.Context, access volume.AccessType, pods ...int) 
 		targets = append(targets, t)
 	}
 	return m, v, targets, nil
+}
+
+// managerAndVolume starts a volume manager and creates a volume of the
+// access type.
+func (r *run) managerAndVolume(ctx context.Context, access volume.AccessType) (*manager, *vol, error) {
+	m, err := r.newManager()
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := r.newVolume(ctx, access)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, v, nil
+}
+
+// restage stages v again on m and publishes it for pod i: the steps after
+// a volume manager restart or a teardown. It returns pod i's target.
+func (r *run) restage(ctx context.Context, m *manager, v *vol, i int, stageStep, publishStep string) (string, error) {
+	if err := r.stage(ctx, m, v, nil, stageStep); err != nil {
+		return "", err
+	}
+	key, pv := pod(v, i)
+	return r.publish(ctx, m, v, key, pv, publishStep)
 }
 
 // teardownAll unpublishes the pods given and unstages.
