@@ -17,8 +17,8 @@ import (
 // pkg/volume/util/resize_util.go makes them: each is a strategic merge
 // patch of the claim's status computed from the claim as read; the ones
 // that move the resize forward carry the claim's resourceVersion, so that
-// they fail with Conflict instead of overwriting a newer status (the claim
-// is then read again from the watch and the step retried).
+// they fail with Conflict instead of overwriting a newer status (the step
+// is then retried, on the claim read again: Expander.readClaim).
 
 // resizeConditions are the claim conditions a resize owns
 // (knownResizeConditions): merging resize conditions keeps every other

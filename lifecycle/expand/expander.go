@@ -33,6 +33,9 @@ type Claims interface {
 	PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	// PV returns a referenced PersistentVolume.
 	PV(name string) (*corev1.PersistentVolume, error)
+	// ReadPVC reads a referenced claim from the API server now: the
+	// cache's copy may be older than its volume's.
+	ReadPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
 }
 
 // Operations runs NodeExpandVolume; *operations.Operations implements it.
@@ -237,6 +240,9 @@ func (e *Expander) syncInUse(ctx context.Context, name volume.Name) error {
 	if desired.IsZero() || current.IsZero() || desired.Cmp(current) <= 0 || e.flag(e.noOnline, name) {
 		return nil
 	}
+	if pvc, err = e.readClaim(ctx, pv); err != nil || pvc == nil {
+		return err
+	}
 	logger := klog.FromContext(ctx).WithValues("volume", name, "pvc", klog.KObj(pvc), "pod", klog.KRef(use.Volume.Pod.Namespace, use.Volume.Pod.Name))
 	logger.V(2).Info("Volume needs expansion on the node", "size", current.String(), "desiredSize", desired.String())
 	r := e.newResize(key, use, pv, pvc, current, desired)
@@ -287,6 +293,12 @@ func (e *Expander) expandDuringMount(ctx context.Context, key volume.PodKey, use
 	if claimSize.Cmp(pvSize) >= 0 {
 		return nil
 	}
+	if pvc, err = e.readClaim(ctx, pv); err != nil || pvc == nil {
+		return err
+	}
+	if claimSize = pvc.Status.Capacity[corev1.ResourceStorage]; claimSize.Cmp(pvSize) >= 0 {
+		return nil
+	}
 	r := e.newResize(key, use, pv, pvc, claimSize, pvSize)
 	done, newSize, err := r.run(ctx, e)
 	if err != nil {
@@ -317,6 +329,24 @@ func (e *Expander) claimOf(src volume.Source) (*corev1.PersistentVolume, *corev1
 		return pv, nil, nil
 	}
 	return pv, pvc, nil
+}
+
+// readClaim reads the claim pv is bound to from the API server, before an
+// expansion: the claim's status decides how the volume is expanded and is
+// written next, with its resourceVersion as a precondition. The cached
+// copy can be older than pv's: the claim of a settled volume is read again
+// only every period, and an expansion changes the volume before the claim.
+// A nil claim means pv is no longer bound to it.
+func (e *Expander) readClaim(ctx context.Context, pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
+	ref := pv.Spec.ClaimRef
+	pvc, err := e.cfg.Claims.ReadPVC(ctx, ref.Namespace, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("reading PVC %s/%s before expanding its volume: %w", ref.Namespace, ref.Name, err)
+	}
+	if ref.UID != "" && pvc.UID != ref.UID {
+		return nil, nil
+	}
+	return pvc, nil
 }
 
 // publishedUse returns a use of the volume whose publish is done and that

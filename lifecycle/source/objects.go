@@ -1,11 +1,13 @@
 package source
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
@@ -22,6 +24,34 @@ import (
 func (s *Source) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
 	return get[*corev1.PersistentVolumeClaim](s.caches[KindPersistentVolumeClaim],
 		cache.ObjectName{Namespace: namespace, Name: name})
+}
+
+// ReadPVC reads a referenced claim from the API server now, for a caller
+// about to act on a change of the claim's volume: a settled claim is cached
+// as last read, up to a period ago, while its volume may have been read
+// since (an expansion changes the volume, then the claim). The cache takes
+// what was read, as the claim's periodic re-read would: a claim that is no
+// longer settled is watched again. With a watch-all or cluster-wide cache
+// it still reads from the API server, which is ahead of any watch. Errors:
+// ErrNotReferenced and the API's. Never modify the result.
+func (s *Source) ReadPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	key := cache.ObjectName{Namespace: namespace, Name: name}
+	c, ok := s.caches[KindPersistentVolumeClaim].(*byNameCache)
+	if !ok {
+		if _, err := s.caches[KindPersistentVolumeClaim].get(key); errors.Is(err, ErrNotReferenced) {
+			return nil, err
+		}
+		return s.cfg.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	obj, err := c.read(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, fmt.Errorf("unexpected %T read for claim %s", obj, key)
+	}
+	return pvc, nil
 }
 
 // PV returns a referenced PersistentVolume from the cache; errors as PVC.

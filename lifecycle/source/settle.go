@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -183,6 +184,36 @@ func (c *byNameCache) refresh(key cache.ObjectName) {
 	if settled {
 		c.settling.queue.Add(key)
 	}
+}
+
+// read reads key's object from the API server now (Source.ReadPVC). A
+// settled object's cache takes what was read, as its re-read would; a
+// watched object's cache is left to its watch.
+func (c *byNameCache) read(ctx context.Context, key cache.ObjectName) (runtime.Object, error) {
+	c.mu.Lock()
+	item, ok := c.items[key]
+	settled := ok && item.settled
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%s %s: %w", c.kind, key, ErrNotReferenced)
+	}
+	obj, err := c.lw.get(ctx, key.Namespace, key.Name)
+	switch {
+	case !settled || (err != nil && !apierrors.IsNotFound(err)):
+	case err == nil && c.settling.settled(obj):
+		item.store.put(obj, false) // its settle hook schedules the next read
+	default:
+		if err == nil {
+			item.store.put(obj, false)
+		}
+		// No longer settled, or gone: the re-read, in the context the
+		// watches run in, watches it again.
+		c.settling.queue.Add(key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // reread reads a settled object again: the cache gets what it is now; one

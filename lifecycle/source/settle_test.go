@@ -2,7 +2,9 @@ package source_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,8 +44,13 @@ func boundPV(rv, size string) *corev1.PersistentVolume {
 
 func startSettling(t *testing.T, client *fake.Clientset) (*source.Source, *events) {
 	t.Helper()
+	return startSettlingEvery(t, client, settleResync)
+}
+
+func startSettlingEvery(t *testing.T, client *fake.Clientset, period time.Duration) (*source.Source, *events) {
+	t.Helper()
 	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
-	src, err := source.New(ctx, source.Config{Client: client, NodeName: node, SettledObjectResync: settleResync})
+	src, err := source.New(ctx, source.Config{Client: client, NodeName: node, SettledObjectResync: period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,5 +119,42 @@ func TestSettledObjectsAreNotWatched(t *testing.T) {
 	src.SetReferences("pod-1", source.References{})
 	if st := src.Stats(); st.Objects[source.KindPersistentVolumeClaim] != 0 || st.Objects[source.KindPersistentVolume] != 0 {
 		t.Errorf("after the last reference: cached PVC %d, PV %d", st.Objects[source.KindPersistentVolumeClaim], st.Objects[source.KindPersistentVolume])
+	}
+}
+
+// TestReadPVCReadsASettledClaimNow: ReadPVC reads the claim from the API
+// server, not from the cache, which holds a settled claim as read up to a
+// period ago; the cache takes what it read, and a claim no longer settled
+// (a resize in flight) is watched again. An unreferenced claim is not read.
+func TestReadPVCReadsASettledClaimNow(t *testing.T) {
+	client := fake.NewClientset(boundPVC("1", corev1.ClaimBound), boundPV("1", "1Gi"))
+	src, _ := startSettlingEvery(t, client, time.Hour)
+	src.AddReferences("pod-1", source.References{
+		PVCs: []cache.ObjectName{{Namespace: "ns", Name: "data"}}, PVs: []string{"pv-data"}})
+	eventually(t, "claim cached", func() bool { _, err := src.PVC("ns", "data"); return err == nil })
+
+	resizing := boundPVC("2", corev1.ClaimBound)
+	resizing.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+		corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizePending}
+	if _, err := client.CoreV1().PersistentVolumeClaims("ns").Update(t.Context(), resizing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := src.PVC("ns", "data"); c.ResourceVersion != "1" {
+		t.Fatalf("the cache has the claim at resourceVersion %s before any read; the test needs it stale", c.ResourceVersion)
+	}
+	read, err := src.ReadPVC(t.Context(), "ns", "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read.ResourceVersion != "2" {
+		t.Errorf("ReadPVC returned resourceVersion %s, want 2", read.ResourceVersion)
+	}
+	if c, _ := src.PVC("ns", "data"); c.ResourceVersion != "2" {
+		t.Errorf("after ReadPVC the cache has resourceVersion %s, want 2", c.ResourceVersion)
+	}
+	eventually(t, "resizing claim watched", func() bool { return src.Stats().Watches[source.KindPersistentVolumeClaim] == 1 })
+
+	if _, err := src.ReadPVC(t.Context(), "ns", "other"); !errors.Is(err, source.ErrNotReferenced) {
+		t.Errorf("ReadPVC of an unreferenced claim: %v, want ErrNotReferenced", err)
 	}
 }
