@@ -16,6 +16,13 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/selinux"
 )
 
+// DefaultSettledObjectResync is how often a settled object is read again
+// by default (Config.SettledObjectResync): 2 GETs per pod every 2 minutes
+// is less than the kubelet's pod syncs make (1.6 per pod and minute), with
+// no standing watch, and a change such as an expansion is seen within 3
+// minutes, about a minute on average (docs/performance.md).
+const DefaultSettledObjectResync = 2 * time.Minute
+
 // Config is what a runtime decides when it embeds the volume manager; the
 // csi-volmgr command fills it from its flags.
 type Config struct {
@@ -88,12 +95,13 @@ type Config struct {
 	// cluster instead of watching the referenced ones by name (small
 	// clusters only). Cluster mode only.
 	ClusterWideInformers bool
-	// SettledObjectResync, when positive, ends the by-name watch of a
-	// referenced PVC, PV or VolumeAttachment once it settled (bound,
-	// attached) and reads it again with a GET about this often instead: a
-	// watch costs the API server memory for as long as it is open (issue
-	// 17). 0 watches every referenced object while it is referenced.
-	// Cluster mode only.
+	// SettledObjectResync ends the by-name watch of a referenced PVC, PV
+	// or VolumeAttachment once it settled (bound, attached) and reads it
+	// again with a GET about this often (±50 %) instead: a watch costs
+	// the API server memory for as long as it is open, and the agent a
+	// watch's buffers. 0 means DefaultSettledObjectResync; negative
+	// watches every referenced object while it is referenced (a change is
+	// seen at once). Cluster mode only.
 	SettledObjectResync time.Duration
 	// ResyncPeriod is how often every volume is reconciled again, besides
 	// events; 0 means 5m.

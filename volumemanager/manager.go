@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
-		SettledObjectResync:   cfg.SettledObjectResync,
+		SettledObjectResync:   settledObjectResync(cfg.SettledObjectResync),
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,
@@ -304,4 +304,16 @@ func checkWritable(dir string) error {
 	}
 	_ = f.Close()
 	return os.Remove(f.Name())
+}
+
+// settledObjectResync is Config.SettledObjectResync as lifecycle takes it
+// (0: watch every referenced object).
+func settledObjectResync(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return DefaultSettledObjectResync
+	case d < 0:
+		return 0
+	}
+	return d
 }

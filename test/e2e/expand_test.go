@@ -151,9 +151,14 @@ type expandSetup struct {
 
 func newExpandSetup(t *testing.T) *expandSetup {
 	t.Helper()
+	return newExpandSetupWith(t, agentOptions{})
+}
+
+func newExpandSetupWith(t *testing.T, opts agentOptions) *expandSetup {
+	t.Helper()
 	f := k8stest.New(t)
 	f.CreateNode(t)
-	a := startAgent(t, f, agentOptions{})
+	a := startAgent(t, f, opts)
 	driver := uniqueDriverName()
 	createCSIDriver(t, f, driver, false)
 	p := startPlugin(t, a, driver, expandCaps())
@@ -167,10 +172,23 @@ func newExpandSetup(t *testing.T) *expandSetup {
 // does (RecoverVolumeExpansionFailure): the agent calls NodeExpandVolume
 // once, on the pod's target with the staging path and the new size, and
 // writes the claim's new capacity, clearing NodeResizePending; the pod
-// stays ready and its mount untouched.
+// stays ready and its mount untouched. The claim and the volume are
+// settled when the resize begins: the agent sees it on a re-read.
 func TestExpandInUse(t *testing.T) {
 	t.Parallel()
-	s := newExpandSetup(t)
+	expandInUse(t, agentOptions{})
+}
+
+// TestExpandInUseWatchingEveryObject: the same with
+// --settled-object-resync=0, where the agent watches the claim and the
+// volume and sees the resize from their watches.
+func TestExpandInUseWatchingEveryObject(t *testing.T) {
+	t.Parallel()
+	expandInUse(t, agentOptions{SettledObjectResync: -1})
+}
+
+func expandInUse(t *testing.T, opts agentOptions) {
+	s := newExpandSetupWith(t, opts)
 	pod := createPod(t, s.f, "app", podVolume{Name: "data", ClaimName: "data"})
 	waitReady(t, s.f, pod)
 	if n := len(callsOf(t, s.p, s.vol.ID, nodeExpand)); n != 0 {

@@ -45,6 +45,11 @@ type agentOptions struct {
 	Changes volumemanager.ChangesConfig
 	// SELinux is the agent's SELinux translator; nil asks the host.
 	SELinux selinux.Translator
+	// SettledObjectResync is the agent's period of reading settled
+	// objects again; 0 means 1s: the agent's default way (no watch once
+	// an object settled), with a change seen within 1.5 s rather than
+	// the default period's 3 min; negative watches every object.
+	SettledObjectResync time.Duration
 }
 
 // agent is csi-volmgr run in the test process: the volume manager the
@@ -106,6 +111,7 @@ func startAgent(t *testing.T, f *k8stest.Fixture, opts agentOptions) *agent {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
 	vm, err := volumemanager.New(ctx, volumemanager.Config{
 		NodeName: f.NodeName, RootDir: root, KubeClient: f.Client, CSITimeout: opts.CSITimeout, Changes: opts.Changes,
+		SettledObjectResync: cmp.Or(opts.SettledObjectResync, time.Second),
 		Tuning: volumemanager.Tuning{
 			Reconciler: reconciler.Config{
 				RetryBaseDelay: cmp.Or(opts.RetryBaseDelay, 50*time.Millisecond), RetryMaxDelay: cmp.Or(opts.RetryMaxDelay, time.Second),

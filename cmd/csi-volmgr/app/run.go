@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,7 +122,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		RemoveTerminatingPods:    o.RemoveTerminatingPods,
 		WaitForContainersStopped: o.WaitForContainersStopped,
 		ClusterWideInformers:     o.ClusterWideInformers,
-		SettledObjectResync:      o.SettledObjectResync.Duration,
+		SettledObjectResync:      settledObjectResync(o.SettledObjectResync.Duration),
 		ResyncPeriod:             o.ResyncPeriod.Duration,
 		CSITimeout:               o.CSITimeout.Duration,
 		FrontEndpoint:            o.FrontEndpoint,
@@ -211,4 +212,14 @@ type withoutDetailedTiming struct{ rt http.RoundTripper }
 
 func (w withoutDetailedTiming) RoundTrip(req *http.Request) (*http.Response, error) {
 	return w.rt.RoundTrip(req.WithContext(redact.Quiet(req.Context(), 8)))
+}
+
+// settledObjectResync turns --settled-object-resync (0: watch every
+// referenced object) into volumemanager's setting (0: the default,
+// negative: watch every referenced object).
+func settledObjectResync(flag time.Duration) time.Duration {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }

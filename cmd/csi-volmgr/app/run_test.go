@@ -6,13 +6,30 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
+
+// TestSettledObjectResyncDefault: the flag's default is the library's, and
+// 0 on the command line (watch every object) reaches the library as a
+// negative period, since the library's 0 means its default.
+func TestSettledObjectResyncDefault(t *testing.T) {
+	def := config.Defaults().SettledObjectResync.Duration
+	if def != volumemanager.DefaultSettledObjectResync {
+		t.Errorf("--settled-object-resync defaults to %v, the library to %v", def, volumemanager.DefaultSettledObjectResync)
+	}
+	for flag, want := range map[time.Duration]time.Duration{def: def, 5 * time.Minute: 5 * time.Minute, 0: -1} {
+		if got := settledObjectResync(flag); got != want {
+			t.Errorf("settledObjectResync(%v) = %v, want %v", flag, got, want)
+		}
+	}
+}
 
 // TestFlagErrorsNameTheFlag checks that every Config field the volume
 // manager rejects comes back naming the flag a user sets.

@@ -55,11 +55,13 @@ var (
 		budget: equal, args: equalArgs}
 	colVolmgrDefaults = &column{id: "csi-volmgr@defaults", tag: "vd", kind: volmgr,
 		budget: fmt.Sprintf("%g/%d (defaults)", volmgrQPS, volmgrBurst)}
-	// colVolmgrResync is csi-volmgr at the equal budget with settled
-	// objects read again every 5 minutes instead of watched (README,
-	// Performance: the watch decision); its own rows, not the main ones.
-	colVolmgrResync = &column{id: "csi-volmgr@" + equal + " settled-resync=5m", tag: "vr", kind: volmgr,
-		budget: equal, args: append(slices.Clone(equalArgs), "--settled-object-resync=5m")}
+	// colVolmgrWatch is csi-volmgr at the equal budget watching every
+	// referenced object for as long as it is referenced
+	// (--settled-object-resync=0, the default before issue 24) instead of
+	// reading settled ones again: the steady state's other way, not a
+	// column of the main rows.
+	colVolmgrWatch = &column{id: "csi-volmgr@" + equal + " watch-all", tag: "vw", kind: volmgr,
+		budget: equal, args: append(slices.Clone(equalArgs), "--settled-object-resync=0")}
 )
 
 const (

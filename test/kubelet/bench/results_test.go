@@ -85,7 +85,7 @@ func (r *resultsBook) addColumnLocked(col *column) {
 		Args: col.args, Reference: col.reference})
 	// Table order: the kubelet, csi-volmgr at its budget, at its own
 	// defaults, the other columns.
-	rank := map[string]int{colKubelet.id: 0, colVolmgr.id: 1, colVolmgrDefaults.id: 2, colVolmgrResync.id: 3}
+	rank := map[string]int{colKubelet.id: 0, colVolmgr.id: 1, colVolmgrDefaults.id: 2, colVolmgrWatch.id: 3}
 	sort.SliceStable(r.f.Columns, func(i, j int) bool { return rank[r.f.Columns[i].ID] < rank[r.f.Columns[j].ID] })
 }
 

@@ -99,7 +99,7 @@ func printTable(b *testing.B, section string) {
 
 // columnTag is the tag of the column with that id.
 func columnTag(id string) string {
-	for _, c := range []*column{colKubelet, colVolmgr, colVolmgrDefaults, colVolmgrResync} {
+	for _, c := range []*column{colKubelet, colVolmgr, colVolmgrDefaults, colVolmgrWatch} {
 		if c.id == id {
 			return c.tag
 		}

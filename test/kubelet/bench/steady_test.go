@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
 	"github.com/csi-volmgr/csi-volmgr/test/kubelet/kubeletvm"
 )
 
@@ -44,11 +46,12 @@ const (
 	volmgrMinWatchTimeout = 30 * time.Minute
 	// volmgrWatchesPerPod: a by-name watch of the PVC and of the PV.
 	volmgrWatchesPerPod = 2
-	// volmgrSettledResync is colVolmgrResync's --settled-object-resync:
-	// a settled PVC and PV are each read again every period ± 50 %
-	// (lifecycle/source/settle.go), and no longer watched.
-	volmgrSettledResync = 5 * time.Minute
 )
+
+// volmgrSettledResync is csi-volmgr's default --settled-object-resync: a
+// settled PVC and PV are each read again every period ± 50 %
+// (lifecycle/source/settle.go), and no longer watched.
+var volmgrSettledResync = config.Defaults().SettledObjectResync.Duration
 
 // analyticPerPodMin is the steady-state API requests per pod per minute
 // the column's agent makes by its code and flags, and the formula.
@@ -58,11 +61,11 @@ func analyticPerPodMin(col *column) (float64, string) {
 		sync := kubeletvm.Defaults().SyncFrequency.Duration
 		mean := sync.Minutes() * (1 + kubeletResyncJitter/2)
 		return kubeletGetsPerSync / mean, fmt.Sprintf("%d GETs per sync ÷ (SyncFrequency %v × 1.25)", kubeletGetsPerSync, sync)
-	case strings.Contains(strings.Join(col.args, " "), "--settled-object-resync="):
-		return 2 / volmgrSettledResync.Minutes(), fmt.Sprintf("2 GETs ÷ %v (settled re-read, ±50 %%)", volmgrSettledResync)
+	case slices.Contains(col.args, "--settled-object-resync=0"):
+		mean := volmgrMinWatchTimeout.Minutes() * 1.5
+		return volmgrWatchesPerPod / mean, fmt.Sprintf("%d watches re-opened every %v × U[1,2]", volmgrWatchesPerPod, volmgrMinWatchTimeout)
 	}
-	mean := volmgrMinWatchTimeout.Minutes() * 1.5
-	return volmgrWatchesPerPod / mean, fmt.Sprintf("%d watches re-opened every %v × U[1,2]", volmgrWatchesPerPod, volmgrMinWatchTimeout)
+	return 2 / volmgrSettledResync.Minutes(), fmt.Sprintf("2 GETs ÷ %v (settled re-read, ±50 %%)", volmgrSettledResync)
 }
 
 // steadySlot is one agent of the steady-state window: a column at a
@@ -104,7 +107,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	teardownCutoff := durationEnv(b, EnvTeardownCutoff, 5*time.Minute)
 	cols := mainColumns(b)
 	if selected(volmgr) {
-		cols = append(cols, colVolmgrResync)
+		cols = append(cols, colVolmgrWatch)
 	}
 	book.setting("steady-state window", window)
 	book.setting("steady-state volumes", counts)

@@ -92,7 +92,7 @@ func (f *File) Aims() []Aim {
 	vh, ok3 := f.cell(rows, "apiserver_heap_gib", 0, volmgrDefaults)
 	vc, ok4 := f.cell(rows, "apiserver_cpu_cores", 0, volmgrDefaults)
 	if ok1 && ok2 && ok3 && ok4 {
-		a.Result = fmt.Sprintf("by default (watches) %s GiB heap and %s cores against the kubelet's %s GiB and %s cores (extrapolated): %s",
+		a.Result = fmt.Sprintf("by default %s GiB heap and %s cores against the kubelet's %s GiB and %s cores (extrapolated): %s",
 			Format(vh.Median), Format(vc.Median), Format(kh.Median), Format(kc.Median), met(vh.Median <= kh.Median && vc.Median <= kc.Median))
 	}
 	out = append(out, a)

@@ -99,7 +99,8 @@ type CSIVolmgrConfiguration struct {
 	// (--cluster-wide-informers).
 	ClusterWideInformers bool `json:"clusterWideInformers"`
 	// settledObjectResync, when positive, stops watching a settled PVC, PV
-	// or VolumeAttachment and reads it again about this often
+	// or VolumeAttachment and reads it again about this often; 0 watches
+	// every referenced object while it is referenced
 	// (--settled-object-resync).
 	SettledObjectResync metav1.Duration `json:"settledObjectResync"`
 	// resyncPeriod is how often every volume is reconciled again, besides
