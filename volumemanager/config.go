@@ -38,11 +38,10 @@ type Config struct {
 	// Manifests is set.
 	KubeClient kubernetes.Interface
 	// ReportClient, when set, writes the pods' VolumesReady conditions and
-	// the Events instead of KubeClient. A rate limiter of its own keeps
-	// the condition writes of a burst of pods from delaying the reads
-	// their volumes wait for; csi-volmgr run gives both clients one
-	// shared limiter instead, so that its API budget is one, as the
-	// kubelet's. Cluster mode only.
+	// the Events instead of KubeClient, so that the condition writes of a
+	// burst of pods do not delay the reads their volumes wait for: with a
+	// rate limiter of its own, or, as csi-volmgr run gives them, the two
+	// lanes of one budget (apibudget), reads first. Cluster mode only.
 	ReportClient kubernetes.Interface
 	// Manifests is the directory that standalone mode reads Pods, PVCs,
 	// PVs, Secrets and CSIDrivers from (watched), instead of an API

@@ -16,13 +16,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient/redact"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/apibudget"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
 )
 
@@ -137,20 +137,14 @@ func run(ctx context.Context, o *RunOptions) error {
 		Version:                  buildinfo.Get().GitVersion,
 	}
 	if o.Manifests == "" {
-		restConfig, err := kubeConfig(o)
+		mainConfig, reportConfig, err := clientConfigs(o)
 		if err != nil {
 			return err
 		}
-		if cfg.KubeClient, err = newClient(restConfig); err != nil {
+		if cfg.KubeClient, err = newClient(mainConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
-		// The condition writes and Events go through a client of their
-		// own, but on the same token bucket (restConfig.RateLimiter):
-		// --kube-api-qps and --kube-api-burst are the agent's whole
-		// budget, as the kubelet's pod status manager writes through its
-		// one KubeClient. In a burst of pods the writes compete with the
-		// reads the volumes wait for, as they do in the kubelet.
-		if cfg.ReportClient, err = newClient(restConfig); err != nil {
+		if cfg.ReportClient, err = newClient(reportConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
 	}
@@ -159,6 +153,26 @@ func run(ctx context.Context, o *RunOptions) error {
 		return o.flagErrors(err)
 	}
 	return vm.Run(ctx)
+}
+
+// clientConfigs returns the configurations of the main client and of the
+// report client (the pods' conditions, Events). --kube-api-qps and
+// --kube-api-burst are the agent's whole budget, as the kubelet's pod
+// status manager writes through its one KubeClient: both clients draw from
+// one token bucket, the reads first (volumemanager/apibudget), so that in
+// a burst of pods the condition writes do not delay the reads the volumes
+// wait for. QPS ≤ 0 means no limit, as in client-go.
+func clientConfigs(o *RunOptions) (main, report *rest.Config, err error) {
+	main, err = kubeConfig(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	report = rest.CopyConfig(main)
+	if main.QPS > 0 {
+		budget := apibudget.New(main.QPS, main.Burst)
+		main.RateLimiter, report.RateLimiter = budget.Reads(), budget.Reports()
+	}
+	return main, report, nil
 }
 
 func kubeConfig(o *RunOptions) (*rest.Config, error) {
@@ -175,12 +189,6 @@ func kubeConfig(o *RunOptions) (*rest.Config, error) {
 		return nil, fmt.Errorf("no --kubeconfig and no in-cluster configuration: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	// One token bucket for every client made from cfg (the main client
-	// and the report client share it); QPS ≤ 0 means none, as in
-	// client-go.
-	if cfg.QPS > 0 {
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	}
 	cfg.ContentType = o.KubeAPIContentType
 	cfg.AcceptContentTypes = o.KubeAPIContentType
 	if o.KubeAPIContentType != runtime.ContentTypeJSON {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
@@ -58,8 +58,8 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 
 // TestOneBudgetForBothClients checks that --kube-api-qps and
 // --kube-api-burst are the agent's whole budget: the main client and the
-// report client (condition writes, Events) are made from one rest.Config
-// that carries one token bucket, so that both draw from it.
+// report client (condition writes, Events) draw from one token bucket,
+// each through its lane of volumemanager/apibudget.
 func TestOneBudgetForBothClients(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
@@ -73,43 +73,46 @@ current-context: c
 	}
 	o := NewRunOptions()
 	o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst = kubeconfig, 50, 100
-	cfg, err := kubeConfig(o)
+	mainConfig, reportConfig, err := clientConfigs(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RateLimiter == nil || cfg.RateLimiter.QPS() != 50 {
-		t.Fatalf("RateLimiter = %v, want one token bucket of 50 QPS", cfg.RateLimiter)
-	}
-	limiter := cfg.RateLimiter
-	// The burst: 100 tokens at once, then none.
-	for i := range 100 {
-		if !limiter.TryAccept() {
-			t.Fatalf("token %d of the burst of 100 refused", i)
+	limiters := map[string]flowcontrol.RateLimiter{}
+	for name, cfg := range map[string]*rest.Config{"main": mainConfig, "report": reportConfig} {
+		c, err := newClient(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	main, err := newClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	report, err := newClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, c := range map[string]kubernetes.Interface{"main": main, "report": report} {
 		rc, ok := c.CoreV1().RESTClient().(*rest.RESTClient)
 		if !ok {
 			t.Fatalf("%s: RESTClient is %T", name, c.CoreV1().RESTClient())
 		}
-		if rc.GetRateLimiter() != limiter {
-			t.Errorf("%s client has a rate limiter of its own, want the shared one", name)
+		if l := rc.GetRateLimiter(); l == nil || l.QPS() != 50 {
+			t.Fatalf("%s client's rate limiter = %v, want a token bucket of 50 QPS", name, l)
+		}
+		limiters[name] = rc.GetRateLimiter()
+	}
+	// The burst: 100 tokens at once, shared, then none for either client.
+	for i := range 100 {
+		name := "main"
+		if i%2 == 1 {
+			name = "report"
+		}
+		if !limiters[name].TryAccept() {
+			t.Fatalf("token %d of the burst of 100 refused (%s client)", i, name)
+		}
+	}
+	for name, l := range limiters {
+		if l.TryAccept() {
+			t.Errorf("%s client got a token after the shared burst of 100: the clients do not share one bucket", name)
 		}
 	}
 
 	o.KubeAPIQPS = 0
-	if cfg, err = kubeConfig(o); err != nil {
+	if mainConfig, reportConfig, err = clientConfigs(o); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RateLimiter != nil {
-		t.Errorf("--kube-api-qps=0: RateLimiter = %v, want none", cfg.RateLimiter)
+	if mainConfig.RateLimiter != nil || reportConfig.RateLimiter != nil {
+		t.Errorf("--kube-api-qps=0: rate limiters %v and %v, want none", mainConfig.RateLimiter, reportConfig.RateLimiter)
 	}
 }
