@@ -200,13 +200,27 @@ func (f *File) Sections() []string {
 	return out
 }
 
+// standing are the keys of figures that cannot be below zero: what the API
+// server holds for the agents. A negative sample means that what the
+// figure subtracts (the API server's heap before) was not settled: it is
+// shown as missing, with that reason, never as a value.
+var standing = map[string]bool{"apiserver_heap_gib": true}
+
+// notStanding is the note of a negative sample of a standing figure.
+const notStanding = "not measured: negative (the API server's heap was not settled)"
+
 func aggregate(ss []Sample) Cell {
 	c := Cell{Runs: len(ss)}
 	var vs []float64
 	for _, s := range ss {
-		if s.Value != nil && !math.IsNaN(*s.Value) {
+		switch {
+		case s.Value != nil && standing[s.Key] && *s.Value < 0:
+			if c.Note == "" {
+				c.Note = notStanding
+			}
+		case s.Value != nil && !math.IsNaN(*s.Value):
 			vs = append(vs, *s.Value)
-		} else if c.Note == "" {
+		case c.Note == "":
 			c.Note = s.Note
 		}
 	}
