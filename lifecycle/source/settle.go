@@ -198,17 +198,15 @@ func (c *byNameCache) read(ctx context.Context, key cache.ObjectName) (runtime.O
 		return nil, fmt.Errorf("%s %s: %w", c.kind, key, ErrNotReferenced)
 	}
 	obj, err := c.lw.get(ctx, key.Namespace, key.Name)
-	switch {
-	case !settled || (err != nil && !apierrors.IsNotFound(err)):
-	case err == nil && c.settling.settled(obj):
-		item.store.put(obj, false) // its settle hook schedules the next read
-	default:
+	if settled && (err == nil || apierrors.IsNotFound(err)) {
 		if err == nil {
-			item.store.put(obj, false)
+			item.store.put(obj, false) // a settled object's hook schedules its next read
 		}
-		// No longer settled, or gone: the re-read, in the context the
-		// watches run in, watches it again.
-		c.settling.queue.Add(key)
+		if err != nil || !c.settling.settled(obj) {
+			// Gone, or no longer settled: the re-read, in the context the
+			// watches run in, watches it again.
+			c.settling.queue.Add(key)
+		}
 	}
 	if err != nil {
 		return nil, err
