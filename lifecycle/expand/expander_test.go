@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
@@ -44,7 +45,8 @@ func TestStaleCachedClaimIsReadBeforeExpanding(t *testing.T) {
 	rejectStaleStatusPatches(client)
 	claims := &claims{cached: stale, pv: volumeOf("2Gi"), client: client}
 	ops := &operations{}
-	exp := startExpander(t, claims, client, ops)
+	processed := newWorkDone()
+	exp := startExpander(t, claims, client, ops, processed)
 
 	exp.VolumeChanged(volName)
 	eventuallyClaim(t, client, "marked finished at 2Gi", func(c *corev1.PersistentVolumeClaim) bool {
@@ -53,8 +55,9 @@ func TestStaleCachedClaimIsReadBeforeExpanding(t *testing.T) {
 	}, ops)
 	// A later change of the pod's objects finds nothing to do.
 	claims.setCached(claimFrom(t, client))
+	processed.drain()
 	exp.VolumeChanged(volName)
-	time.Sleep(200 * time.Millisecond)
+	processed.wait(t)
 	want := resource.MustParse("2Gi")
 	if calls := ops.calls(); len(calls) != 1 || calls[0] != want.Value() {
 		t.Errorf("NodeExpandVolume calls (required bytes) = %v, want one of 2Gi", calls)
@@ -153,7 +156,7 @@ func eventuallyClaim(t *testing.T, client kubernetes.Interface, what string, ok 
 	}
 }
 
-func startExpander(t *testing.T, claims *claims, client kubernetes.Interface, ops *operations) *expand.Expander {
+func startExpander(t *testing.T, claims *claims, client kubernetes.Interface, ops *operations, processed workDone) *expand.Expander {
 	t.Helper()
 	info := volume.PodInfo{UID: podUID, Namespace: "ns", Name: "app"}
 	use := dsw.Use{
@@ -165,6 +168,7 @@ func startExpander(t *testing.T, claims *claims, client kubernetes.Interface, op
 		Claims: claims, Client: client, Desired: desired{use: use}, Actual: published{},
 		Operations: ops, Events: noEvents{}, NodeName: "node-1",
 		RetryBaseDelay: time.Millisecond, RetryMaxDelay: 10 * time.Millisecond,
+		MetricsProvider: processed,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +268,60 @@ func (o *operations) calls() []int64 {
 	defer o.mu.Unlock()
 	return append([]int64(nil), o.required...)
 }
+
+// workDone is the expansion queue's metrics provider: it tells of each
+// item the expander has finished processing (its work duration is observed
+// then), so that a test can wait for a sync to end.
+type workDone chan struct{}
+
+func newWorkDone() workDone { return make(workDone, 1000) }
+
+func (w workDone) Observe(float64) {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// drain forgets the items processed so far.
+func (w workDone) drain() {
+	for {
+		select {
+		case <-w:
+		default:
+			return
+		}
+	}
+}
+
+// wait waits for the next item processed.
+func (w workDone) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the expansion queue processed nothing in 10s")
+	}
+}
+
+func (w workDone) NewWorkDurationMetric(string) workqueue.HistogramMetric { return w }
+func (workDone) NewDepthMetric(string) workqueue.GaugeMetric              { return noMetric{} }
+func (workDone) NewAddsMetric(string) workqueue.CounterMetric             { return noMetric{} }
+func (workDone) NewLatencyMetric(string) workqueue.HistogramMetric        { return noMetric{} }
+func (workDone) NewRetriesMetric(string) workqueue.CounterMetric          { return noMetric{} }
+func (workDone) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+func (workDone) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+
+type noMetric struct{}
+
+func (noMetric) Inc()            {}
+func (noMetric) Dec()            {}
+func (noMetric) Set(float64)     {}
+func (noMetric) Observe(float64) {}
 
 type noEvents struct{}
 

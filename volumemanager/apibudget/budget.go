@@ -30,10 +30,11 @@ type Budget struct {
 	// maxDefer is MaxReportDefer; tests shorten it.
 	maxDefer time.Duration
 
-	// mu guards waiting and clear.
+	// mu guards waiting, yielding and clear.
 	mu sync.Mutex
-	// waiting counts the reads waiting for a token.
-	waiting int
+	// waiting counts the reads waiting for a token; yielding the reports
+	// waiting for them.
+	waiting, yielding int
 	// clear is closed when waiting drops to 0; nil while it is 0.
 	clear chan struct{}
 }
@@ -80,6 +81,14 @@ func (b *Budget) readsWaiting() <-chan struct{} {
 // yield waits until no read waits for a token, at most deadline's
 // remaining time.
 func (b *Budget) yield(ctx context.Context, deadline <-chan time.Time) error {
+	b.mu.Lock()
+	b.yielding++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.yielding--
+		b.mu.Unlock()
+	}()
 	for {
 		cleared := b.readsWaiting()
 		if cleared == nil {

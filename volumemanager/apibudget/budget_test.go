@@ -43,19 +43,19 @@ func TestReadsGoFirst(t *testing.T) {
 			order = append(order, who)
 		})
 	}
-	waiting := func(n int) {
-		waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.waiting == n })
+	waiting := func(reads, reports int) {
+		waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.waiting == reads && b.yielding == reports })
 	}
 	const reads = 4 // 20 ms apart
 	for range reads {
 		take("read", b.Reads())
 	}
-	waiting(reads)
+	waiting(reads, 0)
 	if b.Reports().TryAccept() {
 		t.Error("a report took a token while reads waited")
 	}
 	take("report", b.Reports())
-	time.Sleep(5 * time.Millisecond) // the report is waiting
+	waiting(reads, 1)
 	for range reads {
 		take("later read", b.Reads())
 	}
