@@ -2,7 +2,6 @@ package source
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"golang.org/x/sync/singleflight"
@@ -142,13 +141,17 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 // bulkShared reads keys (all of namespace ns) with one LIST when bulk
 // would, or waits for the LIST of ns that another batch has in flight, and
 // returns the keys left to read one by one. A LIST that another batch made
-// answered the keys it found that awaited their first read when it began;
-// those that arrived later may be listed once more, those it did not find
-// are read one by one. When the other batch found too few keys awaiting
-// for a LIST, this batch decides again: more may await by now (at
-// restart, a batch that took what had arrived first made that choice, and
-// the batches behind it that shared it went one GET at a time).
+// answered the keys that awaited their first read when it began; of this
+// batch's keys it looked for, those it did not answer do not exist (they
+// are read one by one, which starts the reflector that waits for them).
+// Keys that began to await after it began were not looked for: for them
+// this batch decides again, as it does when the other batch found too few
+// keys awaiting for a LIST: more may await by now. (At restart the pods'
+// references arrive while the first LIST is in flight; each batch that
+// waited for it and read its keys one by one made thousands of GETs at the
+// client's rate.)
 func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.ObjectName) []cache.ObjectName {
+	var missing []cache.ObjectName
 	for range maxBulkTries {
 		if len(keys) < bulkMin {
 			break
@@ -158,51 +161,72 @@ func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.Obj
 			led = true
 			return r.bulk(ctx, ns, keys), nil
 		})
-		listed := v.(bool)
+		res := v.(bulkResult)
 		switch {
-		case led && listed:
-			return nil
+		case led && res.listed:
+			return nil // every key looked for: answered, or NotFound
 		case led:
-			return keys
-		case !listed:
+			return append(missing, keys...)
+		case !res.listed:
 			continue
 		}
-		before := len(keys)
-		keys = slices.DeleteFunc(keys, func(k cache.ObjectName) bool { return !r.c.awaitsFirstRead(k) })
-		if len(keys) == before {
-			break // not found by that LIST: another would not find them either
+		var later []cache.ObjectName
+		for _, k := range keys {
+			switch {
+			case !r.c.awaitsFirstRead(k):
+				// answered by that LIST (or another read)
+			case res.lookedFor(k.Name):
+				missing = append(missing, k)
+			default:
+				later = append(later, k)
+			}
 		}
+		keys = later
 	}
-	return keys
+	return append(missing, keys...)
+}
+
+// bulkResult is what one bulk read did.
+type bulkResult struct {
+	// listed tells whether the LIST was made.
+	listed bool
+	// wanted holds the names the LIST looked for.
+	wanted map[string]runtime.Object
+}
+
+func (b bulkResult) lookedFor(name string) bool {
+	_, ok := b.wanted[name]
+	return ok
 }
 
 // bulk reads keys (all of namespace ns) with one paginated LIST when the
 // node's objects of ns that await their first read (keys, and those that
 // other batches still hold or the queue has not handed out yet) are at
-// least a bulkShare-th of what ns holds, and reports whether it did. The
-// LIST answers all of them: at restart, when the pods' references arrive
-// faster than they are read, one LIST serves the batches that follow. A
-// LIST that fails reads nothing: the keys are then read one by one.
-func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectName) bool {
+// least a bulkShare-th of what ns holds, and reports whether it did and
+// which names it looked for. The LIST answers all of them: at restart,
+// when the pods' references arrive faster than they are read, one LIST
+// serves the batches that follow. A LIST that fails reads nothing: the
+// keys are then read one by one.
+func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectName) bulkResult {
 	logger := klog.FromContext(ctx)
 	probe, err := r.c.lw.list(ctx, ns, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		logger.V(4).Info("Counting objects for a bulk read failed; reading them one by one", "kind", r.c.kind, "namespace", ns, "err", err)
-		return false
+		return bulkResult{}
 	}
 	lm, err := meta.ListAccessor(probe)
 	if err != nil {
-		return false
+		return bulkResult{}
 	}
 	total := int64(meta.LenList(probe))
 	if rest := lm.GetRemainingItemCount(); rest != nil {
 		total += *rest
 	} else if lm.GetContinue() != "" {
-		return false // the API server would not say how many
+		return bulkResult{} // the API server would not say how many
 	}
 	others := r.c.awaitingFirstRead(ns)
 	if int64(max(len(keys), len(others)))*bulkShare < total {
-		return false
+		return bulkResult{}
 	}
 	want := make(map[string]runtime.Object, len(keys)+len(others))
 	for _, k := range others {
@@ -216,7 +240,7 @@ func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectNam
 		page, err := r.c.lw.list(ctx, ns, opts)
 		if err != nil {
 			logger.V(4).Info("Bulk read failed; reading the objects one by one", "kind", r.c.kind, "namespace", ns, "err", err)
-			return false
+			return bulkResult{}
 		}
 		if err := meta.EachListItem(page, func(obj runtime.Object) error {
 			if m, err := meta.Accessor(obj); err == nil {
@@ -227,11 +251,11 @@ func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectNam
 			}
 			return nil
 		}); err != nil {
-			return false
+			return bulkResult{}
 		}
 		lm, err := meta.ListAccessor(page)
 		if err != nil {
-			return false
+			return bulkResult{}
 		}
 		if lm.GetContinue() == "" {
 			break
@@ -253,5 +277,5 @@ func (r *firstReads) bulk(ctx context.Context, ns string, keys []cache.ObjectNam
 			r.c.firstRead(ctx, k, obj, nil)
 		}
 	}
-	return true
+	return bulkResult{listed: true, wanted: want}
 }

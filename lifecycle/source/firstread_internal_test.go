@@ -54,7 +54,7 @@ func TestBulkFirstRead(t *testing.T) {
 		c.watch(k)
 	}
 	r := newFirstReads(c)
-	if !r.bulk(ctx, "ns", keys) {
+	if !r.bulk(ctx, "ns", keys).listed {
 		t.Fatal("bulk read of 45 of 50 claims not made")
 	}
 	// The reflectors of the missing claims may GET them; nothing else.
@@ -88,7 +88,7 @@ func TestBulkFirstRead(t *testing.T) {
 		}
 	}
 	before := lists.Load()
-	if r.bulk(ctx, "ns", keys[:32]) {
+	if r.bulk(ctx, "ns", keys[:32]).listed {
 		t.Error("bulk read made for 32 of 400 claims")
 	}
 	if n := lists.Load() - before; n != 1 {
@@ -189,7 +189,7 @@ func TestBulkFirstReadAnswersEveryKeyAwaitingIt(t *testing.T) {
 		c.watch(k)
 	}
 	r := newFirstReads(c)
-	if !r.bulk(ctx, "ns", keys[:32]) {
+	if !r.bulk(ctx, "ns", keys[:32]).listed {
 		t.Fatal("no LIST for 32 claims while 100 of 400 await their first read")
 	}
 	for _, k := range keys {
@@ -363,4 +363,69 @@ func requireCached(t *testing.T, c *byNameCache, keys []cache.ObjectName, when s
 			t.Errorf("claim %s %s: %v, %v", k, when, obj, err)
 		}
 	}
+}
+
+// TestKeysThatArriveDuringAListAreListedAgain: a batch that waited for
+// another batch's LIST of its namespace, whose keys began to await their
+// first read after that LIST began (so it did not look for them), decides
+// again and lists them, instead of reading them one GET at a time as if
+// the LIST had not found them. At restart the pods' references arrive
+// while the first LIST is in flight: a 5,000-volume restart made thousands
+// of GETs at the client's rate and took 30 s.
+func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
+	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
+	core := fake.NewClientset(claimObjects(100, "c-%03d")...).CoreV1()
+	lw := claimListWatch(core)
+	var (
+		fullLists atomic.Int32
+		mu        sync.Mutex
+		gets      = map[string]bool{}
+	)
+	// The first full LIST is held open until released.
+	leaderListing, release := make(chan struct{}), make(chan struct{})
+	list, get := lw.list, lw.get
+	lw.list = func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
+		if o.Limit != 1 && fullLists.Add(1) == 1 {
+			close(leaderListing)
+			<-release
+		}
+		return list(ctx, ns, o)
+	}
+	lw.get = func(ctx context.Context, ns, name string) (kruntime.Object, error) {
+		mu.Lock()
+		gets[name] = true
+		mu.Unlock()
+		return get(ctx, ns, name)
+	}
+	c := settledClaimCache(lw, func(cache.ObjectName) {})
+	first := watchClaims(c, 40, "c-%03d")
+	r := newFirstReads(c)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.read(ctx, first) })
+	<-leaderListing
+	// The other 60 claims are referenced while the LIST is in flight, and
+	// their batch waits for it.
+	var later []cache.ObjectName
+	for i := 40; i < 100; i++ {
+		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
+		later = append(later, k)
+		c.watch(k)
+	}
+	wg.Go(func() { r.read(ctx, later) })
+	// Long enough for the second batch to join the LIST in flight; had it
+	// not, it would make its own LIST and the test would not tell.
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range later {
+		if gets[k.Name] {
+			t.Errorf("claim %s read with a GET: the LIST its batch waited for had not looked for it; want a LIST", k.Name)
+		}
+	}
+	if n := fullLists.Load(); n != 2 {
+		t.Errorf("%d full LISTs, want 2: the first batch's and the one of the claims referenced during it", n)
+	}
+	requireCached(t, c, append(first, later...), "after the batches")
 }
