@@ -241,7 +241,11 @@ func (s *scenario) waitMessage(ctx context.Context, part string) error {
 // attachWhenInUse does what the attach/detach controller and the external
 // attacher do: once the Node reports the volume in use, it creates the
 // VolumeAttachment and marks it attached. The agent watches the
-// VolumeAttachment from before it exists.
+// VolumeAttachment from before it exists: it is created only once the
+// pod's condition says the agent found it missing (so that the RBAC test
+// sees the LIST that starts that watch needed; when the agent's first read
+// came after the creation, no LIST was made and "list volumeattachments"
+// looked unneeded).
 func (s *scenario) attachWhenInUse(ctx context.Context) error {
 	t, c := s.t, s.f.Client
 	want := corev1.UniqueVolumeName(volume.PersistentName(s.Driver, s.Handle))
@@ -259,6 +263,9 @@ func (s *scenario) attachWhenInUse(ctx context.Context) error {
 		return fmt.Errorf("waiting for the volume in use: %w", err)
 	}
 	vaName := volume.AttachmentName(s.Handle, s.Driver, s.f.NodeName)
+	if err := s.waitMessage(ctx, "VolumeAttachment "+vaName+" does not exist"); err != nil {
+		return err
+	}
 	va, err := c.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: vaName},
 		Spec: storagev1.VolumeAttachmentSpec{
