@@ -164,7 +164,9 @@ func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.Obj
 		res := v.(bulkResult)
 		switch {
 		case led && res.listed:
-			return nil // every key looked for: answered, or NotFound
+			// Every key looked for: answered, or NotFound. Those a LIST
+			// shared before did not find are still to be read.
+			return missing
 		case led:
 			return append(missing, keys...)
 		case !res.listed:

@@ -399,13 +399,19 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 	}
 	c := settledClaimCache(lw, func(cache.ObjectName) {})
 	first := watchClaims(c, 40, "c-%03d")
+	// A claim that does not exist is referenced before the LIST too; its
+	// key is in the later batch, which must still read it (the LIST looked
+	// for it and did not find it): a GET, which starts the reflector that
+	// waits for it.
+	absent := cache.ObjectName{Namespace: "ns", Name: "absent"}
+	c.watch(absent)
 	r := newFirstReads(c)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.read(ctx, first) })
 	<-leaderListing
 	// The other 60 claims are referenced while the LIST is in flight, and
 	// their batch waits for it.
-	var later []cache.ObjectName
+	later := []cache.ObjectName{absent}
 	for i := 40; i < 100; i++ {
 		k := cache.ObjectName{Namespace: "ns", Name: fmt.Sprintf("c-%03d", i)}
 		later = append(later, k)
@@ -419,7 +425,7 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	for _, k := range later {
+	for _, k := range later[1:] {
 		if gets[k.Name] {
 			t.Errorf("claim %s read with a GET: the LIST its batch waited for had not looked for it; want a LIST", k.Name)
 		}
@@ -427,5 +433,18 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 	if n := fullLists.Load(); n != 2 {
 		t.Errorf("%d full LISTs, want 2: the first batch's and the one of the claims referenced during it", n)
 	}
-	requireCached(t, c, append(first, later...), "after the batches")
+	requireCached(t, c, append(first, later[1:]...), "after the batches")
+	if !gets[absent.Name] {
+		t.Errorf("claim %s, looked for and not found by the first LIST, was not read by its batch", absent.Name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.items[absent].cancel == nil {
+		t.Errorf("claim %s: no reflector started to wait for it", absent.Name)
+	}
+	for _, item := range c.items {
+		if item.cancel != nil {
+			item.cancel()
+		}
+	}
 }
