@@ -260,15 +260,12 @@ func TestABatchListsWhenTheListItWaitedForFailed(t *testing.T) {
 	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
 	core := fake.NewClientset(claimObjects(100, "c-%03d")...).CoreV1()
 	lw := claimListWatch(core)
-	var (
-		fullLists atomic.Int32
-		mu        sync.Mutex
-		gets      = map[string]bool{}
-	)
+	gotten := recordGets(&lw)
+	var fullLists atomic.Int32
 	// The first full LIST is held open until a second one starts or 2 s
 	// passed, and then fails.
 	leaderListing, second := make(chan struct{}), make(chan struct{})
-	list, get := lw.list, lw.get
+	list := lw.list
 	lw.list = func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
 		if o.Limit != 1 {
 			switch fullLists.Add(1) {
@@ -285,12 +282,6 @@ func TestABatchListsWhenTheListItWaitedForFailed(t *testing.T) {
 		}
 		return list(ctx, ns, o)
 	}
-	lw.get = func(ctx context.Context, ns, name string) (kruntime.Object, error) {
-		mu.Lock()
-		gets[name] = true
-		mu.Unlock()
-		return get(ctx, ns, name)
-	}
 	c := settledClaimCache(lw, func(cache.ObjectName) {})
 	keys := watchClaims(c, 100, "c-%03d")
 	r := newFirstReads(c)
@@ -299,14 +290,33 @@ func TestABatchListsWhenTheListItWaitedForFailed(t *testing.T) {
 	<-leaderListing
 	wg.Go(func() { r.read(ctx, keys[40:]) })
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
 	for _, k := range keys[40:] {
-		if gets[k.Name] {
+		if gotten(k.Name) {
 			t.Errorf("claim %s read with a GET after the LIST its batch waited for failed; want a LIST of its own", k.Name)
 		}
 	}
 	requireCached(t, c, keys, "after the batches")
+}
+
+// recordGets makes lw's get record the names it reads; gotten tells whether
+// name was read with a GET.
+func recordGets(lw *listWatchFuncs) (gotten func(name string) bool) {
+	var (
+		mu   sync.Mutex
+		gets = map[string]bool{}
+	)
+	get := lw.get
+	lw.get = func(ctx context.Context, ns, name string) (kruntime.Object, error) {
+		mu.Lock()
+		gets[name] = true
+		mu.Unlock()
+		return get(ctx, ns, name)
+	}
+	return func(name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return gets[name]
+	}
 }
 
 // claimListWatch gets, lists and watches claims through core.
@@ -376,26 +386,18 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 	ctx := klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig()))
 	core := fake.NewClientset(claimObjects(100, "c-%03d")...).CoreV1()
 	lw := claimListWatch(core)
-	var (
-		fullLists atomic.Int32
-		mu        sync.Mutex
-		gets      = map[string]bool{}
-	)
-	// The first full LIST is held open until released.
+	gotten := recordGets(&lw)
+	var fullLists atomic.Int32
+	// The first full LIST is held open until released. (A LIST by name is
+	// the reflector of a missing claim.)
 	leaderListing, release := make(chan struct{}), make(chan struct{})
-	list, get := lw.list, lw.get
+	list := lw.list
 	lw.list = func(ctx context.Context, ns string, o metav1.ListOptions) (kruntime.Object, error) {
-		if o.Limit != 1 && fullLists.Add(1) == 1 {
+		if o.Limit != 1 && o.FieldSelector == "" && fullLists.Add(1) == 1 {
 			close(leaderListing)
 			<-release
 		}
 		return list(ctx, ns, o)
-	}
-	lw.get = func(ctx context.Context, ns, name string) (kruntime.Object, error) {
-		mu.Lock()
-		gets[name] = true
-		mu.Unlock()
-		return get(ctx, ns, name)
 	}
 	c := settledClaimCache(lw, func(cache.ObjectName) {})
 	first := watchClaims(c, 40, "c-%03d")
@@ -423,10 +425,8 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	close(release)
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
 	for _, k := range later[1:] {
-		if gets[k.Name] {
+		if gotten(k.Name) {
 			t.Errorf("claim %s read with a GET: the LIST its batch waited for had not looked for it; want a LIST", k.Name)
 		}
 	}
@@ -434,7 +434,7 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 		t.Errorf("%d full LISTs, want 2: the first batch's and the one of the claims referenced during it", n)
 	}
 	requireCached(t, c, append(first, later[1:]...), "after the batches")
-	if !gets[absent.Name] {
+	if !gotten(absent.Name) {
 		t.Errorf("claim %s, looked for and not found by the first LIST, was not read by its batch", absent.Name)
 	}
 	c.mu.Lock()
