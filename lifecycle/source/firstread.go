@@ -52,6 +52,9 @@ type firstReads struct {
 	// making its own (at restart, every worker's batch is of the same
 	// namespace).
 	lists singleflight.Group
+	// waiting, when set, is told that a batch waits for a LIST of the
+	// namespace: its own or the one in flight that it joined (tests).
+	waiting func(ns string)
 }
 
 func newFirstReads(c *byNameCache) *firstReads {
@@ -157,11 +160,14 @@ func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.Obj
 			break
 		}
 		led := false
-		v, _, _ := r.lists.Do(ns, func() (any, error) {
+		shared := r.lists.DoChan(ns, func() (any, error) {
 			led = true
 			return r.bulk(ctx, ns, keys), nil
 		})
-		res := v.(bulkResult)
+		if r.waiting != nil {
+			r.waiting(ns)
+		}
+		res := (<-shared).Val.(bulkResult)
 		switch {
 		case led && res.listed:
 			// Every key looked for: answered, or NotFound. Those a LIST

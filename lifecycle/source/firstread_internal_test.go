@@ -408,6 +408,13 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 	absent := cache.ObjectName{Namespace: "ns", Name: "absent"}
 	c.watch(absent)
 	r := newFirstReads(c)
+	batchesWaiting := make(chan struct{}, maxBulkTries)
+	r.waiting = func(string) {
+		select {
+		case batchesWaiting <- struct{}{}:
+		default:
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { r.read(ctx, first) })
 	<-leaderListing
@@ -420,9 +427,9 @@ func TestKeysThatArriveDuringAListAreListedAgain(t *testing.T) {
 		c.watch(k)
 	}
 	wg.Go(func() { r.read(ctx, later) })
-	// Long enough for the second batch to join the LIST in flight; had it
-	// not, it would make its own LIST and the test would not tell.
-	time.Sleep(200 * time.Millisecond)
+	// Released once both batches wait for it: the second one joined it.
+	<-batchesWaiting
+	<-batchesWaiting
 	close(release)
 	wg.Wait()
 	for _, k := range later[1:] {
