@@ -20,6 +20,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -29,6 +30,7 @@ import (
 	kubepod "k8s.io/kubernetes/pkg/kubelet/pod"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
+	vmmetrics "k8s.io/kubernetes/pkg/kubelet/volumemanager/metrics"
 	"k8s.io/kubernetes/pkg/volume/csi"
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
 	"k8s.io/kubernetes/pkg/volume/util/volumepathhandler"
@@ -122,6 +124,22 @@ func New(ctx context.Context, cfg Config) (*Kubelet, error) {
 	return k, nil
 }
 
+// createReconstructionCounters creates the counters of the volume
+// manager's reconstruction before it runs. Its Run starts the reconciler
+// and then registers its metrics, which creates these lazy counters while
+// a reconstruction at start may already count into them: a data race in
+// the kubelet itself, which made the race-built kubelet-volumes exit after
+// a restart with volumes (TestAgentsRestart with -race). Created here, they
+// are registered later as before.
+func createReconstructionCounters() {
+	for _, c := range []*k8smetrics.Counter{
+		vmmetrics.ReconstructVolumeOperationsTotal, vmmetrics.ReconstructVolumeOperationsErrorsTotal,
+		vmmetrics.ForceCleanedFailedVolumeOperationsTotal, vmmetrics.ForceCleanedFailedVolumeOperationsErrorsTotal,
+	} {
+		c.Create(nil)
+	}
+}
+
 // Run creates the kubelet's directories, starts every loop and blocks until
 // ctx ends and the pod workers returned. Like the kubelet, it leaves
 // everything mounted when it stops.
@@ -136,6 +154,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	k.nodeInformer.Start(ctx.Done())
 	defer k.nodeInformer.Shutdown()
 
+	createReconstructionCounters()
 	var wg sync.WaitGroup
 	wg.Go(func() { k.vm.Run(ctx, k.sourcesReady) })
 	wg.Go(func() { k.plugins.Run(ctx, k.sourcesReady, ctx.Done()) })
