@@ -60,6 +60,12 @@ type Options struct {
 	// StartTimeout bounds the start of each of etcd and kube-apiserver.
 	// Zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+
+	// NodeClientSigner makes the API server trust a second client CA whose
+	// key the Env holds (Env.Signer): kube-controller-manager signs
+	// kubelet client certificates with it, and Env.NodeConfig issues a
+	// system:node:<name> certificate directly.
+	NodeClientSigner bool
 }
 
 // Env is a running etcd and kube-apiserver.
@@ -75,6 +81,9 @@ type Env struct {
 	// StartupDuration is the time from starting etcd until the API server
 	// served the default namespace.
 	StartupDuration time.Duration
+	// Signer is the second client CA of Options.NodeClientSigner, nil
+	// without it.
+	Signer *Signer
 
 	testEnv *envtest.Environment
 	// certDir holds kube-apiserver's serving certificates and client CA.
@@ -143,14 +152,23 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("creating clientset: %w", err), testEnv.Stop(), os.RemoveAll(certDir))
 	}
-	return &Env{
+	env := &Env{
 		Config:          cfg,
 		Client:          client,
 		KubeConfig:      testEnv.KubeConfig,
 		StartupDuration: startup,
 		testEnv:         testEnv,
 		certDir:         certDir,
-	}, nil
+	}
+	if opts.NodeClientSigner {
+		if env.Signer, err = newSigner(certDir); err == nil {
+			err = env.trustSigner()
+		}
+		if err != nil {
+			return nil, errors.Join(err, env.Stop())
+		}
+	}
+	return env, nil
 }
 
 // Stop stops kube-apiserver and etcd and removes their data.
@@ -201,6 +219,10 @@ func (e *Env) StartAPIServer() error {
 		return fmt.Errorf("starting kube-apiserver again: %w", err)
 	}
 	e.apiServerDown = false
+	if e.Signer != nil {
+		// envtest wrote its own client CA file again at the start.
+		return e.trustSigner()
+	}
 	return nil
 }
 

@@ -2,10 +2,12 @@ package k8stest_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -397,4 +399,51 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	waitFor(t, "the ConfigMap made after the outage, through the informer started before it", seen,
 		func(cm *corev1.ConfigMap) bool { return cm.Name == after.Name })
+}
+
+// TestNodeClientSigner: with Options.NodeClientSigner, a certificate of the
+// Env's Signer authenticates as the kubelet of its Node, and the Node
+// authorizer holds it there (a Secret list is refused); after an API server
+// restart, which writes envtest's client CA file again, it still does.
+func TestNodeClientSigner(t *testing.T) {
+	env, err := k8stest.Start(k8stest.Options{NodeClientSigner: true, APIServerFlags: map[string][]string{
+		"authorization-mode": {"Node,RBAC"},
+	}})
+	if err != nil {
+		t.Fatalf("Start() error: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("Stop() error: %v", err)
+		}
+	})
+	check := func(when string) {
+		t.Helper()
+		cfg, err := env.NodeConfig("n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		review, err := client.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s: SelfSubjectReview: %v", when, err)
+		}
+		if u := review.Status.UserInfo; u.Username != "system:node:n1" || !slices.Contains(u.Groups, "system:nodes") {
+			t.Errorf("%s: the Signer's certificate is %s %v, want system:node:n1 in system:nodes", when, u.Username, u.Groups)
+		}
+		if _, err := client.CoreV1().Secrets("kube-system").List(t.Context(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: a Node listing kube-system's Secrets: %v, want Forbidden", when, err)
+		}
+	}
+	check("after the start")
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart")
 }
