@@ -46,7 +46,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 		report = m.cfg.ReportClient
 	}
 	src, err := source.New(ctx, source.Config{Client: client, NodeName: m.cfg.NodeName, ClusterWideInformers: m.cfg.ClusterWideInformers,
-		SettledObjectResync: m.cfg.SettledObjectResync})
+		SettledObjectResync: m.cfg.SettledObjectResync, GetOnly: m.cfg.GetOnly})
 	if err != nil {
 		return nil, fmt.Errorf("start sources: %w", err)
 	}

@@ -119,6 +119,14 @@ type Config struct {
 	// often instead (source.Config.SettledObjectResync); 0 watches every
 	// referenced object while it is referenced.
 	SettledObjectResync time.Duration
+	// GetOnly reads the referenced PVCs, PVs and VolumeAttachments with GETs
+	// only, never a LIST or a WATCH (source.Config.GetOnly): how the agent
+	// reads as its Node (system:node:<name>, group system:nodes) under the
+	// API server's Node authorizer, the way the kubelet reads. An object
+	// that has not settled is polled instead of watched. It needs a
+	// positive SettledObjectResync and excludes ClusterWideInformers
+	// (cluster mode).
+	GetOnly bool
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
 	// Changes tunes what is done for volumes that change while in use.

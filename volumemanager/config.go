@@ -90,6 +90,17 @@ type Config struct {
 	// runtime that never reports keeps such volumes mounted
 	// (PodVolumesAwaitingRuntime).
 	WaitForContainersStopped bool
+	// NodeIdentity says that KubeClient (and ReportClient) authenticate as
+	// the Node, system:node:<NodeName> in group system:nodes
+	// (volumemanager/nodeidentity gives such a client), so that the API
+	// server's Node authorizer and NodeRestriction admission hold the agent
+	// to its own Node's objects as they hold a kubelet. The agent then reads
+	// the way the kubelet reads: the node's pods, its Node and the
+	// CSIDrivers by watch, each referenced claim, volume and attachment by
+	// GET only (no LIST, no watch: the Node authorizer allows neither),
+	// polled with backoff until it settles. Cluster mode only; not with
+	// ClusterWideInformers.
+	NodeIdentity bool
 	// ClusterWideInformers caches every PVC, PV and VolumeAttachment of the
 	// cluster instead of watching the referenced ones by name (small
 	// clusters only). Cluster mode only.
@@ -197,6 +208,15 @@ func (c *Config) validate() error {
 	}
 	if c.Manifests != "" && (c.RegisterNode || c.RemoveTerminatingPods || c.ClusterWideInformers) {
 		bad("Manifests", errors.New("runs without an API server: node registration, removing terminating pods and cluster-wide informers need one"))
+	}
+	if c.NodeIdentity && c.Manifests != "" {
+		bad("NodeIdentity", errors.New("needs an API server (cluster mode)"))
+	}
+	if c.NodeIdentity && c.SettledObjectResync < 0 {
+		bad("SettledObjectResync", errors.New("must be positive with the Node's identity: the Node authorizer lets a node watch no claims, volumes or attachments, so settled ones are read again by GET"))
+	}
+	if c.NodeIdentity && c.ClusterWideInformers {
+		bad("ClusterWideInformers", errors.New("cannot be used with the Node's identity: the Node authorizer lets a node list no claims, volumes or attachments"))
 	}
 	if c.RegisterNode {
 		c.RemoveTerminatingPods = true

@@ -36,6 +36,19 @@ func TestConfigValidate(t *testing.T) {
 			},
 			wantField: "ReportClient", wantText: "needs KubeClient",
 		},
+		"node identity": {mutate: func(c *Config) { c.NodeIdentity = true }},
+		"node identity with cluster-wide informers": {
+			mutate:    func(c *Config) { c.NodeIdentity, c.ClusterWideInformers = true, true },
+			wantField: "ClusterWideInformers", wantText: "list no claims",
+		},
+		"node identity watching every object": {
+			mutate:    func(c *Config) { c.NodeIdentity, c.SettledObjectResync = true, -1 },
+			wantField: "SettledObjectResync", wantText: "must be positive",
+		},
+		"node identity in standalone mode": {
+			mutate:    func(c *Config) { c.KubeClient, c.Manifests, c.NodeIdentity = nil, "/etc/csi-volmgr", true },
+			wantField: "NodeIdentity", wantText: "needs an API server",
+		},
 		"manifests with node registration": {
 			mutate:    func(c *Config) { c.KubeClient, c.Manifests, c.RegisterNode = nil, "/etc/csi-volmgr", true },
 			wantField: "Manifests", wantText: "without an API server",

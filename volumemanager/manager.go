@@ -117,6 +117,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 		CompletePodDeletion:   cfg.RegisterNode,
 		ClusterWideInformers:  cfg.ClusterWideInformers,
 		SettledObjectResync:   settledObjectResync(cfg.SettledObjectResync),
+		GetOnly:               cfg.NodeIdentity,
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,

@@ -35,7 +35,9 @@ type listWatchFuncs struct {
 // byNameCache caches the referenced objects of one kind, each through its
 // own reflector with the field selector metadata.name=<name>: the kubelet's
 // watch-based object manager (pkg/kubelet/util/manager), driven by
-// reference counts kept by the Source instead of by pod registration.
+// reference counts kept by the Source instead of by pod registration. In
+// GET-only mode (getOnly) there are no reflectors: each object is read
+// with GETs, polled until it settles (settle.go).
 type byNameCache struct {
 	kind     Kind
 	resource schema.GroupResource
@@ -56,6 +58,10 @@ type byNameCache struct {
 	// in which no change is expected (settle.go); nil watches each object
 	// for as long as it is referenced.
 	settling *settling
+	// getOnly reads with GETs only (Config.GetOnly): no bulk LIST, no
+	// reflector; an object that is not settled is polled through
+	// settling's queue. settling is then never nil.
+	getOnly bool
 }
 
 type watchItem struct {
@@ -64,6 +70,10 @@ type watchItem struct {
 	// settled marks an object read and cached without a watch (settle.go);
 	// until then it is watched, or about to be once its first read is in.
 	settled bool
+	// poll, in GET-only mode, is the interval before the next GET of an
+	// object that is not settled (pollLocked); 0 before its first read and
+	// once it settled.
+	poll time.Duration
 }
 
 var _ objectCache = &byNameCache{}
@@ -90,10 +100,13 @@ func (c *byNameCache) watch(key cache.ObjectName) {
 		return
 	}
 	item := &watchItem{store: newObjectStore(key, func() { c.onChange(key) })}
+	// The Node authorizer's Forbidden may be its graph lagging behind a
+	// binding (missing covers VolumeAttachments).
+	item.store.forbiddenMayPass = c.getOnly
 	if c.settling != nil {
 		item.store.onObject = func(obj runtime.Object) {
 			if c.settling.settled(obj) {
-				c.settle(key)
+				c.settle(key, item)
 			}
 		}
 	}
@@ -209,11 +222,13 @@ func (c *byNameCache) get(key cache.ObjectName) (runtime.Object, error) {
 
 func (c *byNameCache) hasSynced() bool { return true }
 
+// stats counts as watches the objects watched or to be watched once read:
+// none in GET-only mode.
 func (c *byNameCache) stats() (watches, objects int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, item := range c.items {
-		if !item.settled {
+		if !item.settled && !c.getOnly {
 			watches++
 		}
 		if obj, _ := item.store.get(); obj != nil {
@@ -235,6 +250,12 @@ type objectStore struct {
 	onChange func()
 	// onObject, when set, is told every object stored (the settle rule).
 	onObject func(runtime.Object)
+	// forbiddenMayPass makes Forbidden an error that may pass (unreadable
+	// after unreadableAfter) rather than a final one: GET-only mode, where
+	// the Node authorizer forbids a claim or volume until its graph has
+	// related it to the node, up to a second after the binding. Set before
+	// the store is used.
+	forbiddenMayPass bool
 
 	// mu protects obj, synced, the read failure and gen.
 	mu     sync.Mutex
@@ -328,7 +349,7 @@ func (s *objectStore) get() (runtime.Object, bool) {
 func (s *objectStore) state(now time.Time) (runtime.Object, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.readErr != nil && unreadable(s.readErr, now.Sub(s.failingSince)) {
+	if s.readErr != nil && s.unreadable(s.readErr, now.Sub(s.failingSince)) {
 		return s.obj, s.synced, s.readErr
 	}
 	return s.obj, s.synced, nil
@@ -349,7 +370,7 @@ func (s *objectStore) failed(err error) {
 		s.failingSince = now
 	}
 	s.readErr = err
-	tell := !s.toldUnreadable && unreadable(err, now.Sub(s.failingSince))
+	tell := !s.toldUnreadable && s.unreadable(err, now.Sub(s.failingSince))
 	if tell {
 		s.toldUnreadable = true
 	}
@@ -378,6 +399,15 @@ func unreadable(err error, failingFor time.Duration) bool {
 		return true
 	}
 	return failingFor >= unreadableAfter
+}
+
+// unreadable is unreadable for this store: with forbiddenMayPass,
+// Forbidden too becomes final only after unreadableAfter.
+func (s *objectStore) unreadable(err error, failingFor time.Duration) bool {
+	if s.forbiddenMayPass && apierrors.IsForbidden(err) {
+		return failingFor >= unreadableAfter
+	}
+	return unreadable(err, failingFor)
 }
 
 // Add stores obj (reflector watch event Added).
@@ -416,9 +446,11 @@ func (s *objectStore) Replace(list []any, _ string) error {
 // Resync does nothing: there is no queue to resync.
 func (s *objectStore) Resync() error { return nil }
 
-// put stores obj (nil: none); list marks the result of a list, which syncs
-// the store.
-func (s *objectStore) put(obj any, list bool) {
+// put stores obj (nil: none); list marks the result of a list (or of a
+// GET), which syncs the store. It tells whether the readers were told: the
+// object changed, appeared or disappeared in a synced store, or the store
+// just synced.
+func (s *objectStore) put(obj any, list bool) bool {
 	var (
 		ro runtime.Object
 		rv string
@@ -426,7 +458,7 @@ func (s *objectStore) put(obj any, list bool) {
 	if obj != nil {
 		m, ok := s.match(obj)
 		if !ok {
-			return
+			return false
 		}
 		ro, _ = obj.(runtime.Object)
 		rv = m.GetResourceVersion()
@@ -455,6 +487,7 @@ func (s *objectStore) put(obj any, list bool) {
 	if ro != nil && s.onObject != nil {
 		s.onObject(ro)
 	}
+	return notify
 }
 
 // match returns obj's metadata if obj is the object this store is for.

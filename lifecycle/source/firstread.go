@@ -43,7 +43,9 @@ const (
 // they are a large share of what that namespace holds, one paginated LIST
 // answers them all (consistent: resourceVersion unset). What was read goes
 // to the cache (byNameCache.firstRead), which watches it or, when it has
-// settled, only reads it again from time to time.
+// settled, only reads it again from time to time. In GET-only mode
+// (Config.GetOnly) there is no LIST: every first read is a GET, as the
+// Node authorizer allows nothing else.
 type firstReads struct {
 	c     *byNameCache
 	queue workqueue.TypedInterface[cache.ObjectName]
@@ -143,7 +145,7 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 
 // bulkShared reads keys (all of namespace ns) with one LIST when bulk
 // would, or waits for the LIST of ns that another batch has in flight, and
-// returns the keys left to read one by one. A LIST that another batch made
+// returns the keys left to read one by one (all of them in GET-only mode). A LIST that another batch made
 // answered the keys that awaited their first read when it began; of this
 // batch's keys it looked for, those it did not answer do not exist (they
 // are read one by one, which starts the reflector that waits for them).
@@ -156,7 +158,7 @@ func (r *firstReads) read(ctx context.Context, keys []cache.ObjectName) {
 func (r *firstReads) bulkShared(ctx context.Context, ns string, keys []cache.ObjectName) []cache.ObjectName {
 	var missing []cache.ObjectName
 	for range maxBulkTries {
-		if len(keys) < bulkMin {
+		if len(keys) < bulkMin || r.c.getOnly {
 			break
 		}
 		led := false

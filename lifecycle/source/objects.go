@@ -19,7 +19,9 @@ import (
 // NotFound when the claim does not exist, or, while it has never been
 // read, the error its reads fail with once it counts as unreadable:
 // Forbidden and the like at once, errors that may pass after
-// unreadableAfter (OnPodChange tells then, and when a read succeeds).
+// unreadableAfter (OnPodChange tells then, and when a read succeeds). In
+// GET-only mode Forbidden is one that may pass: the Node authorizer's
+// graph may not relate a just-bound claim or volume to the node yet.
 // Never modify the result.
 func (s *Source) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
 	return get[*corev1.PersistentVolumeClaim](s.caches[KindPersistentVolumeClaim],
@@ -31,7 +33,7 @@ func (s *Source) PVC(namespace, name string) (*corev1.PersistentVolumeClaim, err
 // as last read, up to a period ago, while its volume may have been read
 // since (an expansion changes the volume, then the claim). The cache takes
 // what was read, as the claim's periodic re-read would: a claim that is no
-// longer settled is watched again. With a watch-all or cluster-wide cache
+// longer settled is watched (in GET-only mode polled) again. With a watch-all or cluster-wide cache
 // it still reads from the API server, which is ahead of any watch. Errors:
 // ErrNotReferenced and the API's. Never modify the result.
 func (s *Source) ReadPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
@@ -63,8 +65,10 @@ func (s *Source) PV(name string) (*corev1.PersistentVolume, error) {
 // VolumeAttachment returns a referenced VolumeAttachment (by its name,
 // volume.AttachmentName(handle, driver, node)) from the cache; errors as
 // PVC. ErrNotSynced and NotFound both mean "not attached yet": the volumes
-// waiting for it are reported to OnAttachmentChange when it changes. Never
-// modify the result.
+// waiting for it are reported to OnAttachmentChange when it changes. In
+// GET-only mode a VolumeAttachment whose GET is Forbidden reads as
+// NotFound: the Node authorizer forbids one it has not related to the node,
+// which includes one not created yet. Never modify the result.
 func (s *Source) VolumeAttachment(name string) (*storagev1.VolumeAttachment, error) {
 	return get[*storagev1.VolumeAttachment](s.caches[KindVolumeAttachment], cache.ObjectName{Name: name})
 }

@@ -27,6 +27,57 @@ import (
 // read in another state is watched again until it settles. A change of a
 // claim also reads the volumes of its pods again at once, so that an
 // expansion, which changes the claim after the volume, is followed closely.
+//
+// A settled claim is read again more often than the other kinds: every
+// SettledObjectResync but at most claimResync (1 min ± 25 %, so within
+// [45 s, 75 s]). The claim is where an expansion shows (the resizer marks
+// it), and the kubelet sees that on its next pod sync, every 1–1.5 min;
+// re-read every 2 min ± 50 % it was seen 1–3 min late. Only the claim is
+// read that often, not its volume (nor its attachment), which keeps the
+// claim and volume of a pod at 1.5 GETs a minute with the default 2 min,
+// under the kubelet's 1.6 (a GET of each per sync).
+//
+// In GET-only mode (Config.GetOnly) nothing is watched: an object that is
+// not settled — or missing, or whose reads fail — is polled with GETs
+// instead, pollFirst after its read, twice as long after each read that
+// found no change, up to pollMax, and pollFirst again after a change;
+// once it settles it is read again as above. Each poll goes through the
+// same store as a watch event, so the pods and attachments waiting for
+// the object are told of its changes as they are of a watch's.
+
+// Settled re-read periods and jitters (settling.delay).
+const (
+	// claimResync caps the period of settled claims (see above).
+	claimResync = time.Minute
+	// claimJitter spreads a settled claim's reads over ±25 % of its period.
+	claimJitter = 0.25
+	// settledJitter spreads the other settled objects' reads over ±50 %
+	// of SettledObjectResync.
+	settledJitter = 0.5
+)
+
+// GET-only mode's poll of an object that is not settled (pollLocked): about
+// the kubelet's schedule for the same wait. Its csi_attacher waits for a
+// VolumeAttachment with GETs 500 ms apart at first, growing by 5 % a GET
+// to at most 7 s, plus up to 10 % jitter (pkg/volume/csi/csi_attacher.go,
+// waitForVolumeAttachDetachStatus: about 50 GETs in the first 2 minutes);
+// its desired-state populator reads a claim that is not bound again only
+// when the pod is synced again, a retry that backs off. Doubling from
+// 500 ms to 8 s sees an attachment, a binding or an object's appearance
+// within 8.8 s at most (the kubelet's waiter: 7.7 s), for about 18 GETs in
+// the first 2 minutes and 7 a minute after that; the cap also spaces the
+// reads of a claim or volume the Node authorizer forbids while its graph
+// lags, for as long as unreadableAfter lets that pass.
+const (
+	// pollFirst is the first poll's interval, and the next one's after a
+	// change.
+	pollFirst = 500 * time.Millisecond
+	// pollMax caps the interval between polls.
+	pollMax = 8 * time.Second
+	// pollJitter adds up to 10 % to each interval, as the kubelet's waiter
+	// does, so that objects read together drift apart.
+	pollJitter = 0.1
+)
 
 // settling is the settle rule of one kind and its re-reads.
 type settling struct {
@@ -34,16 +85,26 @@ type settling struct {
 	settled func(obj runtime.Object) bool
 	// period is the mean time between two reads of a settled object.
 	period time.Duration
-	// queue holds the settled objects' next reads.
+	// jitter is the share of period by which a read comes earlier or
+	// later at most.
+	jitter float64
+	// queue holds the settled objects' next reads and, in GET-only mode,
+	// the polls of the others.
 	queue workqueue.TypedDelayingInterface[cache.ObjectName]
 }
 
+// newSettling returns the settle rule and re-read period of kind's objects
+// (a claim's capped at claimResync), nil when objects are not to settle.
 func newSettling(kind Kind, period time.Duration) *settling {
 	rule := settledRules[kind]
 	if rule == nil || period <= 0 {
 		return nil
 	}
-	return &settling{settled: rule, period: period, queue: workqueue.NewTypedDelayingQueue[cache.ObjectName]()}
+	jitter := settledJitter
+	if kind == KindPersistentVolumeClaim {
+		period, jitter = min(period, claimResync), claimJitter
+	}
+	return &settling{settled: rule, period: period, jitter: jitter, queue: workqueue.NewTypedDelayingQueue[cache.ObjectName]()}
 }
 
 // settledRules are the kinds' settle rules.
@@ -70,13 +131,18 @@ var settledRules = map[Kind]func(runtime.Object) bool{
 	},
 }
 
-// next schedules key's next read, a period from now with ±50 % jitter so
-// that objects read together are not read together again.
-func (s *settling) next(key cache.ObjectName) {
-	s.queue.AddAfter(key, time.Duration(float64(s.period)*(0.5+rand.Float64())))
+// next schedules key's next read, a period from now with jitter so that
+// objects read together are not read together again.
+func (s *settling) next(key cache.ObjectName) { s.queue.AddAfter(key, s.delay()) }
+
+// delay returns the time until a settled object's next read: period ±
+// jitter.
+func (s *settling) delay() time.Duration {
+	return time.Duration(float64(s.period) * (1 - s.jitter + 2*s.jitter*rand.Float64()))
 }
 
-// run reads settled objects again, one at a time, until ctx ends.
+// run reads settled objects again, and polls the others in GET-only mode,
+// one at a time, until ctx ends.
 func (s *settling) run(ctx context.Context, c *byNameCache) {
 	go func() {
 		<-ctx.Done()
@@ -94,12 +160,18 @@ func (s *settling) run(ctx context.Context, c *byNameCache) {
 
 // firstRead takes the result of an object's first read: a settled object is
 // cached and read again later; any other result starts the object's
-// reflector (with the object read, if any, as its first list).
+// reflector (with the object read, if any, as its first list), or in
+// GET-only mode is cached and polled (afterRead).
 func (c *byNameCache) firstRead(ctx context.Context, key cache.ObjectName, obj runtime.Object, err error) {
 	c.mu.Lock()
 	item, ok := c.items[key]
 	if !ok || item.cancel != nil || ctx.Err() != nil {
 		c.mu.Unlock()
+		return
+	}
+	if c.getOnly {
+		c.mu.Unlock()
+		c.afterRead(ctx, key, item, obj, err)
 		return
 	}
 	if err != nil || c.settling == nil || !c.settling.settled(obj) {
@@ -147,20 +219,27 @@ func (c *byNameCache) awaitingFirstRead(ns string) []cache.ObjectName {
 }
 
 func (item *watchItem) awaitsFirstRead() bool {
-	if item.cancel != nil || item.settled {
+	if item.cancel != nil || item.settled || item.poll > 0 {
 		return false
 	}
 	_, synced := item.store.get()
 	return !synced
 }
 
-// settle ends key's watch once its object settled, and schedules its next
-// read. It runs in the reflector's goroutine (objectStore.put).
-func (c *byNameCache) settle(key cache.ObjectName) {
+// unwatchedLocked says whether item is read by GETs of the settling queue:
+// settled, or polled in GET-only mode. c.mu must be held.
+func (item *watchItem) unwatchedLocked() bool {
+	return item.cancel == nil && (item.settled || item.poll > 0)
+}
+
+// settle ends the watch (or poll) of key's item once its object settled,
+// and schedules its next read; an item no longer key's (unwatched, perhaps
+// watched anew) is left alone. It runs in the goroutine that stored the
+// object (objectStore.put).
+func (c *byNameCache) settle(key cache.ObjectName, item *watchItem) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	item, ok := c.items[key]
-	if !ok {
+	if c.items[key] != item {
 		return
 	}
 	if item.cancel != nil {
@@ -168,8 +247,23 @@ func (c *byNameCache) settle(key cache.ObjectName) {
 		item.cancel = nil
 		item.store.newGeneration()
 	}
-	item.settled = true
+	item.settled, item.poll = true, 0
 	c.settling.next(key)
+}
+
+// pollLocked schedules the next GET of key's object (GET-only mode), which
+// is not settled, missing or could not be read: pollFirst after its first
+// read and after a read that changed it, twice the last interval after any
+// other, up to pollMax, each with up to pollJitter more. c.mu must be
+// held.
+func (c *byNameCache) pollLocked(key cache.ObjectName, item *watchItem, changed bool) {
+	if changed || item.poll == 0 {
+		item.poll = pollFirst
+	} else {
+		item.poll = min(2*item.poll, pollMax)
+	}
+	item.settled = false
+	c.settling.queue.AddAfter(key, time.Duration(float64(item.poll)*(1+pollJitter*rand.Float64())))
 }
 
 // refresh reads a settled object again now.
@@ -186,25 +280,27 @@ func (c *byNameCache) refresh(key cache.ObjectName) {
 	}
 }
 
-// read reads key's object from the API server now (Source.ReadPVC). A
-// settled object's cache takes what was read, as its re-read would; a
-// watched object's cache is left to its watch.
+// read reads key's object from the API server now (Source.ReadPVC). The
+// cache of an object that is not watched (settled, or polled in GET-only
+// mode) takes what was read, as its re-read would; a watched object's
+// cache is left to its watch.
 func (c *byNameCache) read(ctx context.Context, key cache.ObjectName) (runtime.Object, error) {
 	c.mu.Lock()
 	item, ok := c.items[key]
-	settled := ok && item.settled
+	unwatched := ok && item.unwatchedLocked()
 	c.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%s %s: %w", c.kind, key, ErrNotReferenced)
 	}
 	obj, err := c.lw.get(ctx, key.Namespace, key.Name)
-	if settled && (err == nil || apierrors.IsNotFound(err)) {
+	if unwatched && (err == nil || c.missing(err)) {
 		if err == nil {
-			item.store.put(obj, false) // a settled object's hook schedules its next read
+			item.store.put(obj, true) // a settled object's hook schedules its next read
 		}
 		if err != nil || !c.settling.settled(obj) {
-			// Gone, or no longer settled: the re-read, in the context the
-			// watches run in, watches it again.
+			// Gone, or not settled: the re-read, in the context the
+			// watches run in, watches it again (polls it in GET-only
+			// mode).
 			c.settling.queue.Add(key)
 		}
 	}
@@ -214,34 +310,85 @@ func (c *byNameCache) read(ctx context.Context, key cache.ObjectName) (runtime.O
 	return obj, nil
 }
 
-// reread reads a settled object again: the cache gets what it is now; one
-// that is gone or no longer settled is watched again.
+// reread reads an object that is not watched again: a settled object its
+// period after its last read, a polled one (GET-only mode) at its poll.
 func (c *byNameCache) reread(ctx context.Context, key cache.ObjectName) {
 	c.mu.Lock()
 	item, ok := c.items[key]
-	settled := ok && item.settled
+	due := ok && item.unwatchedLocked()
 	c.mu.Unlock()
-	if !settled {
-		return // unwatched, or watched again meanwhile
+	if !due {
+		return // unwatched, watched again meanwhile, or not read yet
 	}
 	obj, err := c.lw.get(ctx, key.Namespace, key.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		item.store.put(nil, true)
+	c.afterRead(ctx, key, item, obj, err)
+}
+
+// afterRead takes what a GET of key's object returned while the object is
+// not watched — a settled object's re-read, and in GET-only mode every
+// read — and arranges the next: a settled object is read again a period
+// later (its store's settle hook); a settled object whose read failed is
+// kept as it was and read again a tenth of the period later; any other
+// object is watched, or polled in GET-only mode (pollLocked). A missing
+// object (c.missing) is cached as such; any other failure is the store's
+// read error (objectStore.failed), which becomes a reason once it is
+// final.
+func (c *byNameCache) afterRead(ctx context.Context, key cache.ObjectName, item *watchItem, obj runtime.Object, err error) {
+	missing := c.missing(err)
+	if err != nil && !missing {
+		c.mu.Lock()
+		settled := item.settled
+		c.mu.Unlock()
+		if settled {
+			klog.FromContext(ctx).V(4).Info("Reading a settled object failed; will retry", "kind", c.kind, "object", key, "err", err)
+			c.settling.queue.AddAfter(key, c.settling.period/10)
+			return
+		}
+		item.store.failed(err) // outside c.mu, as put below
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.items[key] == item && item.cancel == nil && ctx.Err() == nil {
+			c.followLocked(ctx, key, item, nil, false, false)
+		}
+		return
+	}
+	if missing {
 		obj = nil
-	case err != nil:
-		klog.FromContext(ctx).V(4).Info("Reading a settled object failed; will retry", "kind", c.kind, "object", key, "err", err)
-		c.settling.queue.AddAfter(key, c.settling.period/10)
+	}
+	// Outside c.mu: the change callback takes the Source's lock, which is
+	// held while the Source calls watch (and so takes c.mu). The store's
+	// settle hook schedules a settled object's next read.
+	changed := item.store.put(obj, true)
+	if obj != nil && c.settling.settled(obj) {
 		return
-	case c.settling.settled(obj):
-		item.store.put(obj, false) // its settle hook schedules the next read
-		return
-	default:
-		item.store.put(obj, false)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.items[key] == item && item.cancel == nil && ctx.Err() == nil {
-		c.startLocked(ctx, key, item, obj, obj == nil)
+		c.followLocked(ctx, key, item, obj, obj == nil, changed)
 	}
+}
+
+// followLocked follows an object that is not settled, missing (obj nil,
+// missing set) or not read (obj nil): its reflector watches it, seeded
+// with obj, or in GET-only mode it is polled; changed says that the read
+// just made changed the cache (the poll starts over). c.mu must be held.
+func (c *byNameCache) followLocked(ctx context.Context, key cache.ObjectName, item *watchItem, obj runtime.Object, missing, changed bool) {
+	if c.getOnly {
+		c.pollLocked(key, item, changed)
+		return
+	}
+	c.startLocked(ctx, key, item, obj, missing)
+}
+
+// missing says whether a read that failed with err found the object
+// missing: NotFound and, in GET-only mode, a VolumeAttachment's Forbidden.
+// The Node authorizer answers Forbidden for a VolumeAttachment that is not
+// related to the node in its graph, which cannot tell one that does not
+// exist yet (the attach/detach controller has not made it) from one of
+// another node; the kubelet waits for it as for a missing one, and so
+// does the agent. A claim's or volume's Forbidden stays an error
+// (objectStore.forbiddenMayPass).
+func (c *byNameCache) missing(err error) bool {
+	return apierrors.IsNotFound(err) || (c.getOnly && c.kind == KindVolumeAttachment && apierrors.IsForbidden(err))
 }

@@ -39,8 +39,25 @@ type Config struct {
 	// referenced object once it settled (a claim or volume bound, an
 	// attachment attached; settle.go) and reads it again with a GET about
 	// this often instead; 0 watches every referenced object for as long
-	// as it is referenced.
+	// as it is referenced. A settled claim is read again at most a minute
+	// apart (settle.go).
 	SettledObjectResync time.Duration
+	// GetOnly reads the referenced PersistentVolumeClaims,
+	// PersistentVolumes and VolumeAttachments with GETs only, the way the
+	// kubelet reads: no LIST (every first read is a GET) and no WATCH. It
+	// is how the agent reads as its Node (user system:node:<name>, group
+	// system:nodes) under the API server's Node authorizer, which lets a
+	// node GET only those objects related to its pods and nothing else.
+	// An object that is not settled (or missing) is polled with GETs, from
+	// 500 ms apart up to 8 s, instead of watched; a settled one is read
+	// again every SettledObjectResync, which must be positive. That
+	// authorizer answers Forbidden, not NotFound, for an object not (yet)
+	// related to the node: a VolumeAttachment that is Forbidden counts as
+	// missing (not attached yet), and a claim's or volume's Forbidden as
+	// an error that may pass (its graph lags behind a binding) for 30 s
+	// before the object counts as unreadable. Excludes
+	// ClusterWideInformers.
+	GetOnly bool
 }
 
 // Validate checks the required fields.
@@ -52,6 +69,12 @@ func (c Config) Validate() error {
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("source: NodeName is required"))
 	}
+	if c.GetOnly && c.ClusterWideInformers {
+		errs = append(errs, errors.New("source: GetOnly excludes ClusterWideInformers, which list and watch"))
+	}
+	if c.GetOnly && c.SettledObjectResync <= 0 {
+		errs = append(errs, errors.New("source: GetOnly needs a positive SettledObjectResync: without watches, settled objects are read again that often"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -60,10 +83,12 @@ func (c Config) Validate() error {
 // getters are shared with the caches: never modify them.
 //
 // The populator declares each pod's References; an object is watched from
-// its first reference until its last one goes (in by-name mode), and every
-// change to it is reported to OnPodChange subscribers as the UIDs of the
-// pods referencing it. A just-referenced object reads as ErrNotSynced until
-// its watch has listed it, and its referencing pods are notified then.
+// its first reference until its last one goes (in by-name mode; read with
+// GETs in GET-only mode), and every change to it is reported to
+// OnPodChange subscribers as the UIDs of the pods referencing it. A
+// just-referenced object reads as ErrNotSynced until its watch has listed
+// it (its first GET has answered), and its referencing pods are notified
+// then.
 type Source struct {
 	cfg     Config
 	logger  klog.Logger
@@ -194,6 +219,7 @@ func (s *Source) setupObjects() error {
 	for kind, c := range s.caches {
 		if b, ok := c.(*byNameCache); ok {
 			b.settling = newSettling(kind, s.cfg.SettledObjectResync)
+			b.getOnly = s.cfg.GetOnly
 		}
 	}
 	return nil
@@ -209,7 +235,7 @@ func (s *Source) Run(ctx context.Context) {
 		return
 	}
 	ctx = klog.NewContext(ctx, s.logger)
-	s.logger.V(2).Info("Starting sources", "node", s.cfg.NodeName, "clusterWideInformers", s.cfg.ClusterWideInformers)
+	s.logger.V(2).Info("Starting sources", "node", s.cfg.NodeName, "clusterWideInformers", s.cfg.ClusterWideInformers, "getOnly", s.cfg.GetOnly)
 	s.podF.Start(ctx.Done())
 	if s.clusterF != nil {
 		s.clusterF.Start(ctx.Done())

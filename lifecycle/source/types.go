@@ -58,7 +58,8 @@ type Attachment struct {
 // Stats tell how much the Source watches and caches.
 type Stats struct {
 	// Watches counts the open watches per kind: one per referenced object in
-	// by-name mode, one per informer otherwise (pods always use one).
+	// by-name mode that is not settled, none in GET-only mode, one per
+	// informer otherwise (pods always use one).
 	Watches map[Kind]int
 	// Objects counts the cached objects per kind.
 	Objects map[Kind]int
