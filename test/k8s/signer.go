@@ -178,7 +178,7 @@ func (e *Env) trustSigner() error {
 		return last == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("kube-apiserver did not accept the signer's certificates within %v (last: %v): %w", signerTrustTimeout, last, err)
+		return fmt.Errorf("kube-apiserver did not accept the signer's certificates within %v (last: %w): %w", signerTrustTimeout, last, err)
 	}
 	return nil
 }

@@ -43,11 +43,11 @@ import (
 )
 
 const (
-	// UserPrefix and Group are the Node authorizer's: a user
-	// system:node:<name> in group system:nodes is the kubelet of Node
-	// <name>.
+	// UserPrefix is the Node authorizer's: a user system:node:<name> in
+	// group Group is the kubelet of Node <name>.
 	UserPrefix = "system:node:"
-	Group      = "system:nodes"
+	// Group is the group every Node's user is in.
+	Group = "system:nodes"
 
 	// pairPrefix names the files of the certificate directory:
 	// csi-volmgr-client-<timestamp>.pem (certificate and key) and the link

@@ -81,7 +81,7 @@ func signer(t *testing.T, env *k8stest.Env, validity time.Duration) func() []sig
 		mu   sync.Mutex
 		done []signed
 	)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	wg.Go(func() {
