@@ -31,6 +31,7 @@ func NewRootCommand(out io.Writer) *cobra.Command {
 	root.SetOut(out)
 	root.AddCommand(newRunCommand(), newStatusCommand(), newDriversCommand(), newProbeCommand(), newVersionCommand(), newConfigCommand(),
 		newCheckCommand(), newCheckStepCommand())
+	root.AddCommand(newApproveCommand())
 	return root
 }
 
