@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/nodeidentity"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/vkubelet"
 )
 
@@ -48,6 +49,9 @@ type options struct {
 	pods                                                  int64
 	workers                                               int
 	volumeStatsPeriod                                     time.Duration
+	// nodeCertDir, when set, gives the embedded csi-volmgr the Node's
+	// identity (volumemanager/nodeidentity).
+	nodeCertDir string
 }
 
 func main() {
@@ -72,6 +76,7 @@ func main() {
 	flag.DurationVar(&o.volumeStatsPeriod, "volume-stats-period", 0, "how often the CSI volumes' stats are collected; 0 means csi-volmgr's default (1m)")
 	flag.Int64Var(&o.pods, "pods", 110, "pod capacity of the Node")
 	flag.IntVar(&o.workers, "workers", 10, "pods the pod controller handles at once")
+	flag.StringVar(&o.nodeCertDir, "node-cert-dir", "", "when set, the embedded csi-volmgr acts on the API server as the Node (system:node:<node-name>, held by the Node authorizer and NodeRestriction) with a client certificate kept here, asked for with --kubeconfig's credentials; virtual-kubelet's controllers keep --kubeconfig's identity")
 	klog.InitFlags(nil)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -101,7 +106,19 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	agentClient, err := kubernetes.NewForConfig(cfg)
+	agentConfig := cfg
+	if o.nodeCertDir != "" {
+		// csi-volmgr as the Node; virtual-kubelet's pod controller needs
+		// cluster-wide informers of ConfigMaps, Secrets and Services,
+		// which no Node may list, so it keeps the runtime's own identity.
+		id, err := nodeidentity.Start(ctx, nodeidentity.Options{NodeName: o.nodeName, CertDir: o.nodeCertDir, Bootstrap: cfg})
+		if err != nil {
+			return err
+		}
+		agentConfig = id.Config()
+		agentConfig.QPS, agentConfig.Burst = cfg.QPS, cfg.Burst
+	}
+	agentClient, err := kubernetes.NewForConfig(agentConfig)
 	if err != nil {
 		return err
 	}
@@ -112,6 +129,7 @@ func run(ctx context.Context, o options) error {
 	// The volume manager, embedded: the runtime says when containers stopped.
 	vm, err := volumemanager.New(klog.NewContext(ctx, logger.WithName("csi-volmgr")), volumemanager.Config{
 		NodeName: o.nodeName, RootDir: o.rootDir, RegistrationDir: o.registrationDir, KubeClient: agentClient,
+		NodeIdentity: o.nodeCertDir != "",
 		HTTPEndpoint: o.httpEndpoint, WaitForContainersStopped: true,
 		Changes: volumemanager.ChangesConfig{StatsPeriod: o.volumeStatsPeriod},
 	})

@@ -11,6 +11,8 @@ import (
 // which TestEveryFlagHasAConfigField checks.
 var configField = map[string]string{
 	"kubeconfig":                  "kubeconfig",
+	"node-identity":               "nodeIdentity",
+	"cert-dir":                    "certDir",
 	"kube-api-qps":                "kubeAPIQPS",
 	"kube-api-burst":              "kubeAPIBurst",
 	"kube-api-content-type":       "kubeAPIContentType",

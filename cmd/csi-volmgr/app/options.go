@@ -9,6 +9,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/nodeidentity"
 )
 
 // RunOptions are the flags of `csi-volmgr run`: --config, and the settings
@@ -35,6 +36,8 @@ func (o *RunOptions) AddFlags(fs *pflag.FlagSet) {
 func (o *RunOptions) addSettingFlags(fs *pflag.FlagSet) {
 	c := o.CSIVolmgrConfiguration
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "Path to a kubeconfig; empty means the in-cluster configuration.")
+	fs.BoolVar(&c.NodeIdentity, "node-identity", c.NodeIdentity, "Act on the API server as the Node: user system:node:<--node-name> in group system:nodes, with a client certificate asked for (CSR, signer "+nodeidentity.SignerName+") with the credentials of --kubeconfig or the in-cluster ServiceAccount, which then need only the ClusterRole system:node-bootstrapper; kept in --cert-dir and renewed before it expires. The API server's Node authorizer and NodeRestriction admission then hold the agent to what a kubelet of its Node may read and write.")
+	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "Directory of the Node's client certificate and key (--node-identity); empty means <root-dir>/pki.")
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Name of the node whose pods this agent serves; empty means the host name. With an API server the agent acts only while that Node carries the label csi-volmgr.io/volume-manager=csi-volmgr (--register-node sets it; a runtime beside the agent sets it on its Node); on any other Node, a kubelet's, it mounts and writes nothing and /readyz fails.")
 	fs.StringVar(&c.RootDir, "root-dir", c.RootDir, "Root directory of the agent's state (kubelet layout below it).")
 	fs.StringVar(&c.RegistrationDir, "registration-dir", c.RegistrationDir, "Directory of plugin-registration sockets; empty means <root-dir>/plugins_registry.")
@@ -45,7 +48,7 @@ func (o *RunOptions) addSettingFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.RemoveTerminatingPods, "remove-terminating-pods", c.RemoveTerminatingPods, "Tear down the volumes of pods marked for deletion (for nodes without a kubelet).")
 	fs.BoolVar(&c.WaitForContainersStopped, "wait-for-containers-stopped", c.WaitForContainersStopped, "A runtime beside the agent runs the pods' containers: tear a pod's volumes down once the runtime said its containers stopped (POST /api/v1/pods/NAMESPACE/NAME/containers-stopped?uid=UID, or PUT /api/v1/running-pods without the pod, on the API socket) or the pod is terminal, never only because it is marked for deletion or gone from the API server (force delete, pod GC; after a restart, pods found on disk). A runtime that never reports keeps such volumes mounted: status shows them AwaitingRuntime, csi_volmgr_pods_awaiting_runtime counts them.")
 	fs.BoolVar(&c.ClusterWideInformers, "cluster-wide-informers", c.ClusterWideInformers, "Cache every PVC, PV and VolumeAttachment of the cluster instead of watching the referenced ones by name (small clusters only).")
-	fs.DurationVar(&c.SettledObjectResync.Duration, "settled-object-resync", c.SettledObjectResync.Duration, "When positive, a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is no longer watched but read again about this often (±50 %): no standing watch per volume on the API server, changes such as an expansion seen up to 1.5 times this late. 0 watches every referenced object while it is referenced (a change is seen at once, at the price of two watches per volume).")
+	fs.DurationVar(&c.SettledObjectResync.Duration, "settled-object-resync", c.SettledObjectResync.Duration, "When positive, a referenced PVC, PV or VolumeAttachment that settled (bound, attached) is no longer watched but read again about this often (±50 %; a claim at most every 1m ±25 %, so that an expansion is seen within 75s): no standing watch per volume on the API server, other changes seen up to 1.5 times this late. With --node-identity it must be positive. 0 watches every referenced object while it is referenced (a change is seen at once, at the price of two watches per volume).")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "Queries per second of the agent's API requests, all clients together (volume reads and watches, pod condition writes, Events, Node status): one token bucket, as the kubelet's --kube-api-qps, where the pod condition writes and Events yield to the requests the volumes wait for (at most 5s); 0 or less means no client-side limit.")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "Burst of the agent's API requests, all clients together (the token bucket of --kube-api-qps).")
 	fs.StringVar(&c.KubeAPIContentType, "kube-api-content-type", c.KubeAPIContentType, "Content type of the API client's requests and preferred answers (as the kubelet's flag); JSON is always accepted too.")

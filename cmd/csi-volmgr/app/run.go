@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/apibudget"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/nodeidentity"
 )
 
 func newRunCommand() *cobra.Command {
@@ -61,18 +63,20 @@ func newRunCommand() *cobra.Command {
 
 // flagOf names the flag of each volumemanager.Config field.
 var flagOf = map[string]string{
-	"NodeName":        "--node-name",
-	"RootDir":         "--root-dir",
-	"RegistrationDir": "--registration-dir",
-	"Manifests":       "--manifests",
-	"ResyncPeriod":    "--resync-period",
-	"CSITimeout":      "--csi-timeout",
-	"FrontEndpoint":   "--front-endpoint",
-	"FrontDriver":     "--front-driver",
-	"HTTPEndpoint":    "--http-endpoint",
-	"ExpectedDrivers": "--expected-drivers",
-	"NodeLabels":      "--node-labels",
-	"NodeTaints":      "--node-taints",
+	"NodeName":             "--node-name",
+	"RootDir":              "--root-dir",
+	"RegistrationDir":      "--registration-dir",
+	"Manifests":            "--manifests",
+	"ResyncPeriod":         "--resync-period",
+	"CSITimeout":           "--csi-timeout",
+	"FrontEndpoint":        "--front-endpoint",
+	"FrontDriver":          "--front-driver",
+	"HTTPEndpoint":         "--http-endpoint",
+	"ExpectedDrivers":      "--expected-drivers",
+	"NodeLabels":           "--node-labels",
+	"NodeIdentity":         "--node-identity",
+	"ClusterWideInformers": "--cluster-wide-informers",
+	"NodeTaints":           "--node-taints",
 }
 
 // flagErrors names the flag of every volumemanager.ConfigError in err,
@@ -122,6 +126,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		RemoveTerminatingPods:    o.RemoveTerminatingPods,
 		WaitForContainersStopped: o.WaitForContainersStopped,
 		ClusterWideInformers:     o.ClusterWideInformers,
+		NodeIdentity:             o.NodeIdentity,
 		SettledObjectResync:      settledObjectResync(o.SettledObjectResync.Duration),
 		ResyncPeriod:             o.ResyncPeriod.Duration,
 		CSITimeout:               o.CSITimeout.Duration,
@@ -137,7 +142,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		Version:                  buildinfo.Get().GitVersion,
 	}
 	if o.Manifests == "" {
-		mainConfig, reportConfig, err := clientConfigs(o)
+		mainConfig, reportConfig, err := clientConfigs(ctx, o, nodeName)
 		if err != nil {
 			return err
 		}
@@ -162,10 +167,30 @@ func run(ctx context.Context, o *RunOptions) error {
 // one token bucket, the reads first (volumemanager/apibudget), so that in
 // a burst of pods the condition writes do not delay the reads the volumes
 // wait for. QPS ≤ 0 means no limit, as in client-go.
-func clientConfigs(o *RunOptions) (main, report *rest.Config, err error) {
+//
+// With --node-identity the kubeconfig's (or the in-cluster) credentials only
+// ask for the Node's client certificate: every client authenticates with
+// that certificate, kept current by nodeidentity, and nothing else.
+func clientConfigs(ctx context.Context, o *RunOptions, nodeName string) (main, report *rest.Config, err error) {
 	main, err = kubeConfig(o)
 	if err != nil {
 		return nil, nil, err
+	}
+	if o.NodeIdentity {
+		certDir := o.CertDir
+		if certDir == "" {
+			certDir = filepath.Join(o.RootDir, "pki")
+		}
+		id, err := nodeidentity.Start(ctx, nodeidentity.Options{NodeName: nodeName, CertDir: certDir, Bootstrap: main})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--node-identity: %w", err)
+		}
+		asNode := id.Config()
+		asNode.QPS, asNode.Burst, asNode.UserAgent = main.QPS, main.Burst, main.UserAgent
+		asNode.ContentType, asNode.AcceptContentTypes = main.ContentType, main.AcceptContentTypes
+		main = asNode
+	} else {
+		klog.FromContext(ctx).Info("Acting on the API server with the credentials given, not as the Node: the agent may do whatever they allow; --node-identity holds it to its own Node's objects as a kubelet is held")
 	}
 	report = rest.CopyConfig(main)
 	if main.QPS > 0 {

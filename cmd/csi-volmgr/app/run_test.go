@@ -73,7 +73,7 @@ current-context: c
 	}
 	o := NewRunOptions()
 	o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst = kubeconfig, 50, 100
-	mainConfig, reportConfig, err := clientConfigs(o)
+	mainConfig, reportConfig, err := clientConfigs(t.Context(), o, "n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ current-context: c
 	}
 
 	o.KubeAPIQPS = 0
-	if mainConfig, reportConfig, err = clientConfigs(o); err != nil {
+	if mainConfig, reportConfig, err = clientConfigs(t.Context(), o, "n"); err != nil {
 		t.Fatal(err)
 	}
 	if mainConfig.RateLimiter != nil || reportConfig.RateLimiter != nil {

@@ -28,6 +28,16 @@ type CSIVolmgrConfiguration struct {
 	// kubeconfig is the path of a kubeconfig; empty means the in-cluster
 	// configuration (--kubeconfig).
 	Kubeconfig string `json:"kubeconfig"`
+	// nodeIdentity makes the agent act on the API server as its Node,
+	// system:node:<nodeName> in system:nodes, with a client certificate it
+	// asks for with the kubeconfig's (or the in-cluster) credentials, keeps
+	// in certDir and renews before it expires; the API server's Node
+	// authorizer and NodeRestriction then hold it to its Node's objects
+	// (--node-identity).
+	NodeIdentity bool `json:"nodeIdentity"`
+	// certDir holds the Node's client certificate and key; empty means
+	// <rootDir>/pki (--cert-dir).
+	CertDir string `json:"certDir"`
 	// kubeAPIQPS is the queries per second of the agent's API requests,
 	// all its clients together on one token bucket (--kube-api-qps).
 	KubeAPIQPS float32 `json:"kubeAPIQPS"`
