@@ -35,6 +35,8 @@ type clusterMode struct {
 	// owner is told of every version of the Node's labels: the agent
 	// acts only while the Node carries nodeowner.Label.
 	owner *nodeowner.Gate
+	// nodeKept: the node keeper tells owner of the Node, not observeOwner.
+	nodeKept bool
 	// ownerMu serializes observeOwner.
 	ownerMu sync.Mutex
 	in      inputs
@@ -54,7 +56,7 @@ func newClusterMode(ctx context.Context, m *Manager, queues status.QueueOptions)
 	if err != nil {
 		return nil, err
 	}
-	c := &clusterMode{src: src, node: node, owner: m.owner}
+	c := &clusterMode{src: src, node: node, owner: m.owner, nodeKept: m.cfg.NodeKept}
 	c.conds, err = status.NewPodConditions(status.PodConditionsConfig{
 		Client: report, Queue: queues, Gate: m.owner,
 		CachedPod: func(namespace, name string) *corev1.Pod {
@@ -116,13 +118,15 @@ func (c *clusterMode) runInputs(ctx context.Context, rec *reconciler.Reconciler)
 	// A pod's or the Node's next change restores what others overwrote.
 	c.src.OnPodChange(c.conds.Recheck)
 	c.node.OnUpdate(c.inUse.NodeChanged)
-	c.node.OnChange(c.observeOwner)
+	if !c.nodeKept {
+		c.node.OnChange(c.observeOwner)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.Run(ctx) })
 	wg.Go(func() { c.node.Run(ctx) })
 	wg.Go(func() {
 		// A Node that does not exist has no event: the first list tells.
-		if cache.WaitForCacheSync(ctx.Done(), c.node.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), c.node.HasSynced) && !c.nodeKept {
 			c.observeOwner()
 		}
 	})
@@ -140,15 +144,18 @@ func (c *clusterMode) runOutputs(ctx context.Context, rec *reconciler.Reconciler
 	wg.Wait()
 }
 
-// observeOwner tells the owner Gate of the Node's labels as cached now.
+// observeOwner tells the owner Gate of the Node's UID and labels as cached
+// now: the first Node seen with the owner label is pinned, and a Node
+// recreated under the same name is another Node the agent does not serve
+// until it is told to (nodeowner.Gate.ObserveNode).
 // It is called from the Node's events and once after its first list; the
 // lock makes the last to read the cache the last to tell the Gate, so that
 // an older view never overwrites a newer one.
 func (c *clusterMode) observeOwner() {
 	c.ownerMu.Lock()
 	defer c.ownerMu.Unlock()
-	labels, exists := c.node.Labels()
-	c.owner.Observe(labels, exists)
+	uid, labels, exists := c.node.Identity()
+	c.owner.ObserveNode(uid, labels, exists)
 }
 
 func (c *clusterMode) close() error {

@@ -127,6 +127,11 @@ type Config struct {
 	// positive SettledObjectResync and excludes ClusterWideInformers
 	// (cluster mode).
 	GetOnly bool
+	// NodeKept tells that a node keeper (volumemanager's --register-node)
+	// tells NodeOwner's Gate of every version of the Node; cluster mode then
+	// tells it nothing, so that the Gate hears one informer's versions in
+	// order. Otherwise cluster mode tells it of every version, UID included.
+	NodeKept bool
 	// ResyncPeriod is the reconciler's periodic resync; 0 means 5m.
 	ResyncPeriod time.Duration
 	// Changes tunes what is done for volumes that change while in use.

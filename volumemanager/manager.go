@@ -118,6 +118,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 		ClusterWideInformers:  cfg.ClusterWideInformers,
 		SettledObjectResync:   settledObjectResync(cfg.SettledObjectResync),
 		GetOnly:               cfg.NodeIdentity,
+		NodeKept:              cfg.RegisterNode,
 		ResyncPeriod:          cfg.ResyncPeriod,
 		Changes:               cfg.Changes,
 		Reconciler:            cfg.Tuning.Reconciler,

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/nodeowner"
@@ -37,39 +38,62 @@ const (
 const (
 	defaultNodeLeaseDuration  = 40 * time.Second
 	defaultNodeStatusInterval = time.Minute
+	// nodeWatchSyncTimeout bounds one registration's wait for the keeper's
+	// watch of the Node to list it; Register tries again after it.
+	nodeWatchSyncTimeout = 10 * time.Second
 )
 
 // errForeignNode is why the keeper leaves an existing Node alone.
 var errForeignNode = errors.New("the Node exists without the label " + OwnerLabel + "=" + OwnerLabelValue +
-	" and is not one this agent registered; another volume manager (a kubelet) may own it")
+	"; another volume manager (a kubelet) may own it, and the keeper labels only a Node it creates")
 
 // nodeKeeper registers and keeps the Node of a node that has neither a
 // kubelet nor a runtime (Config.RegisterNode) with virtual-kubelet's
 // NodeController: it creates the Node (labels OwnerLabel,
 // kubernetes.io/hostname, os and arch, the attach/detach annotation,
-// Ready=True) or brings an existing one in line, renews the node Lease kube-node-lease/<node>
-// (owned by the Node), and posts the Node's status every status interval
+// Ready=True) or brings an existing one in line, renews the node Lease
+// kube-node-lease/<node> under a holder identity of its own
+// (nodekeeper_lease.go), and posts the Node's status every status interval
 // with a three-way patch that touches only what it posted, so
 // status.volumesInUse is left to the volume manager. A Ready condition
-// someone else turned, or a removed annotation, is put back at the next
-// status update; a deleted Node is created again. The Node's shape is the
-// Config's: NodeCapacity as capacity and allocatable (without "pods" no
-// scheduler places pods here, and pods reach the node only by
+// someone else turned, a removed annotation, a removed label of NodeLabels
+// or a changed capacity is put back at the next status update. The Node's
+// shape is the Config's: NodeCapacity as capacity and allocatable (without
+// "pods" no scheduler places pods here, and pods reach the node only by
 // spec.nodeName), NodeLabels besides the keeper's own, and NodeTaints at
-// registration (added to a kept Node that lacks them). Nothing else of a
-// kubelet's status is faked. The keeper keeps OwnerLabel, NodeLabels and
-// the capacity on the Node: a removed label or a changed capacity is put
-// back at the next status update.
+// registration (added to a kept Node that lacks them, unless NodeRestriction
+// forbids it, as it forbids a node to change its taints). Nothing else of a
+// kubelet's status is faked.
 //
-// It never takes over another volume manager's Node (fail closed). An
-// existing Node is kept only when it carries OwnerLabel=OwnerLabelValue,
-// or when it is one this agent registered before the label existed: no
-// status.nodeInfo.kubeletVersion (the keeper never writes one, a kubelet
-// always does) and a Ready condition with the keeper's reason
-// NodeReadyReason. Any other existing Node — a kubelet's — is not touched:
-// the keeper logs one error naming it and the label, and tries again only
-// when the Node changes as the owner Gate sees it (labelled, or deleted
-// and then created by the keeper).
+// Ownership is held at write time (nodekeeper_owner.go). The keeper watches
+// its Node and tells the owner Gate of every version, UID included: the
+// Node it creates, or first finds with OwnerLabel, is pinned by UID, and a
+// Node of the same name with another UID is another Node (the Gate closes,
+// Event EventNodeReplaced). Every write of the keeper — the Node's
+// creation, its status patches, its Lease — is checked against the latest
+// version first, and a status patch carries that version's UID and
+// resourceVersion, so that it applies to nothing else:
+//
+//   - it writes only while the Node carries OwnerLabel and is the pinned
+//     one, and only while it holds the Node's Lease;
+//   - it never puts OwnerLabel back: a Node without it is written no more
+//     (an operator's removal stays, and the agent stops new work), and the
+//     label is set only on a Node the keeper creates;
+//   - it creates the Node again when the pinned Node is deleted while the
+//     agent served it (the label on its last version), with an error line
+//     and EventNodeRecreated on the new Node, and serves the new Node: it
+//     created it itself. A Node whose label was removed before it was
+//     deleted is not created again;
+//   - another agent that renews the Node's Lease (a second host with the
+//     same --node-name, e.g. a cloned image) makes it act on nothing until
+//     restarted: one error line naming the other holder,
+//     EventNodeLeaseHeldByAnother on the Node, /readyz fails.
+//
+// It never takes over another volume manager's Node (fail closed): an
+// existing Node is kept only when it carries OwnerLabel=OwnerLabelValue.
+// Any other existing Node — a kubelet's — is not touched: the keeper logs
+// one error naming it and the label, and tries again only when the Node
+// changes as the owner Gate sees it (labelled, or deleted).
 type nodeKeeper struct {
 	client         kubernetes.Interface
 	name           string
@@ -88,11 +112,23 @@ type nodeKeeper struct {
 	// missing; nil without expected drivers.
 	taint *driversTaint
 
-	// owner wakes a keeper that found a Node it does not keep; nil (tests
-	// of the keeper alone) never retries.
+	// owner is the agent's owner Gate, fed by the keeper's watch of the
+	// Node (UIDs included); it wakes a keeper that found a Node it does not
+	// keep. Register makes one when the wiring set none (tests of the
+	// keeper alone).
 	owner *nodeowner.Gate
-	// foreign is set when Register left an existing Node alone.
-	foreign bool
+	// idle is set when Register left the Node alone (not labelled, not the
+	// pinned one, or not to be created again): Run registers again at the
+	// Gate's next change.
+	idle bool
+
+	// identity is the holder identity the keeper writes into the Node's
+	// Lease: holderIdentity(), unless a test sets another.
+	identity string
+	// lease renews the Lease; own holds what the keeper checks before its
+	// writes (nodekeeper_owner.go).
+	lease *nodeLease
+	own   keeperOwnership
 
 	// nc is the running node controller; stop ends it.
 	nc   *node.NodeController
@@ -107,7 +143,7 @@ func newNodeKeeper(client kubernetes.Interface, name string, leaseDuration, stat
 		statusInterval = defaultNodeStatusInterval
 	}
 	return &nodeKeeper{client: client, name: name, leaseDuration: leaseDuration, statusInterval: statusInterval,
-		retryBase: 500 * time.Millisecond, retryMax: 30 * time.Second}
+		retryBase: 500 * time.Millisecond, retryMax: 30 * time.Second, identity: holderIdentity()}
 }
 
 // shape sets the Node's capacity (and allocatable), extra labels and
@@ -175,28 +211,40 @@ func (k *nodeKeeper) addMissingTaints(ctx context.Context, existing *corev1.Node
 // Register starts the node controller and returns once the Node is
 // registered. It retries with backoff until ctx ends, except when the API
 // refuses for good (Forbidden, Unauthorized, Invalid). The controller runs
-// until ctx ends or Run returns. When the Node exists and is not the
+// until ctx ends or Run returns; the keeper's watch of the Node, started by
+// the first Register, until ctx ends. When the Node exists and is not the
 // keeper's to keep (see nodeKeeper), Register logs it once and returns nil
-// without a controller: Run then waits for the Node to change.
+// without a controller: Run then waits for the Node to change. When
+// another agent holds the Node's Lease, Register waits until it is
+// renewed (that agent serves the Node: Register logs it, holds the Gate
+// closed for good and returns nil) or expires (Register takes it over).
 func (k *nodeKeeper) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if err := k.watch(ctx); err != nil {
+		return fmt.Errorf("registering Node %s: %w", k.name, err)
+	}
 	// Not wait.ExponentialBackoff: a Backoff whose delay reaches its Cap
 	// ends its steps, and the agent would give up after half a minute of an
 	// API server outage (a chaos run's finding).
 	delay := k.retryBase
 	for {
 		err := k.start(ctx)
+		var held *leaseHeldError
 		switch {
 		case err == nil:
-			k.foreign = false
-			logger.Info("Node registered", "node", k.name)
+			k.idle = false
+			logger.Info("Node registered", "node", k.name, "uid", k.owner.Pinned(), "holderIdentity", k.identity)
 			return nil
-		case errors.Is(err, errForeignNode):
-			if !k.foreign {
-				logger.Error(err, "Not registering the Node: the agent acts on nothing until the Node carries the label or is deleted",
+		case errors.Is(err, errForeignNode), errors.Is(err, errNotRecreating), errors.Is(err, nodeowner.ErrNotOwned):
+			if !k.idle {
+				logger.Error(err, "Not registering the Node: the agent acts on nothing until the Node changes",
 					"node", k.name, "label", OwnerLabel+"="+OwnerLabelValue)
 			}
-			k.foreign = true
+			k.idle = true
+			return nil
+		case errors.As(err, &held):
+			k.idle = false
+			k.contested(ctx, held.holder)
 			return nil
 		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err):
 			return fmt.Errorf("registering Node %s: %w", k.name, err)
@@ -212,30 +260,65 @@ func (k *nodeKeeper) Register(ctx context.Context) error {
 }
 
 // start runs a node controller and waits until it registered the Node;
-// errForeignNode when the Node exists and is not the keeper's to keep.
+// errForeignNode when the Node exists and is not the keeper's to keep, an
+// error wrapping nodeowner.ErrNotOwned when it is not the pinned one,
+// errNotRecreating when it is gone and not to be created again, a
+// *leaseHeldError when another agent renews its Lease.
 func (k *nodeKeeper) start(ctx context.Context) error {
 	spec := k.spec()
 	nodes := k.client.CoreV1().Nodes()
-	switch existing, err := nodes.Get(ctx, k.name, metav1.GetOptions{}); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	existing, err := nodes.Get(ctx, k.name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return err
+	}
+	// The Gate follows the keeper's watch (UIDs) before anything is
+	// written.
+	syncCtx, cancel := context.WithTimeout(ctx, nodeWatchSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), k.own.synced) {
+		return errors.Join(ctx.Err(), errors.New("the watch of the Node has not listed it yet"))
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		existing = nil
+		if err := k.mayCreate(); err != nil {
+			return err
+		}
 	case !keepable(existing):
 		return errForeignNode
 	default:
-		if err := k.addMissingTaints(ctx, existing); err != nil {
+		// The first Node seen with the label is the one the agent serves.
+		if err := k.adopt(existing); err != nil {
 			return err
 		}
 	}
-	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, spec, nodes,
-		node.WithNodeEnableLeaseV1(k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease), int32(k.leaseDuration/time.Second)),
+	// The Lease first: no write to the Node while another agent serves it.
+	if err := k.acquireLease(ctx, existing); err != nil {
+		return err
+	}
+	if existing != nil {
+		switch err := k.addMissingTaints(ctx, existing); {
+		case apierrors.IsForbidden(err):
+			// NodeRestriction lets a node set its taints only when it
+			// creates itself, and the kubelet too adds none to an existing
+			// Node: keep it as it is.
+			klog.FromContext(ctx).Error(err, "Cannot add the configured taints to the existing Node; keeping it without them", "node", k.name)
+		case err != nil:
+			return err
+		}
+	}
+	gated := &ownedNodes{NodeInterface: nodes, k: k}
+	// The keeper renews the Lease itself (its holder identity): without
+	// virtual-kubelet's lease controller the controller posts the status
+	// every ping interval.
+	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, spec, gated,
+		node.WithNodePingInterval(k.statusInterval),
 		node.WithNodeStatusUpdateInterval(k.statusInterval),
 		node.WithNodeStatusUpdateErrorHandler(func(ctx context.Context, err error) error {
 			if !apierrors.IsNotFound(err) {
 				return err
 			}
-			klog.FromContext(ctx).Info("The Node is gone; creating it again", "node", k.name)
-			if _, err := nodes.Create(ctx, k.spec(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			if _, err := gated.Create(ctx, k.spec(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return err
 			}
 			return nil
@@ -247,7 +330,9 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 	go func() { _ = nc.Run(ncCtx) }()
 	select {
 	case <-nc.Ready():
-		k.nc, k.stop = nc, stop
+		leaseDone := make(chan struct{})
+		go func() { defer close(leaseDone); k.renewLease(ncCtx) }()
+		k.nc, k.stop = nc, func() { stop(); <-leaseDone }
 		return nil
 	case <-nc.Done():
 		stop()
@@ -260,35 +345,24 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 }
 
 // keepable tells whether the keeper may keep an existing Node: it carries
-// OwnerLabel, or it is one the keeper registered before the label existed
-// (no kubeletVersion, the keeper's Ready reason).
-func keepable(n *corev1.Node) bool {
-	if nodeowner.HasLabel(n.Labels) {
-		return true
-	}
-	if n.Status.NodeInfo.KubeletVersion != "" {
-		return false
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Reason == NodeReadyReason
-		}
-	}
-	return false
-}
+// OwnerLabel. The keeper sets the label only on a Node it creates; a Node
+// without it — a kubelet's, or one whose label an operator removed — is
+// never labelled by the keeper.
+func keepable(n *corev1.Node) bool { return nodeowner.HasLabel(n.Labels) }
 
 // Run keeps the Node until ctx ends; the Node and its Lease are left in
 // place, as a kubelet leaves them. Call it after a successful Register.
-// After a Register that left a foreign Node alone, it registers again at
-// each change of the owner Gate (the Node labelled, or deleted) until it
-// succeeds or ctx ends.
+// After a Register that left the Node alone, it registers again at each
+// change of the owner Gate (the Node labelled, or deleted) until it
+// succeeds or ctx ends; after one that found another agent serving the
+// Node, it returns at once.
 func (k *nodeKeeper) Run(ctx context.Context) {
 	var changed <-chan struct{}
 	if k.owner != nil {
 		changed = k.owner.Changed()
 	}
 	for first := true; k.nc == nil; first = false {
-		if !k.foreign || k.owner == nil {
+		if !k.idle || k.owner == nil {
 			return
 		}
 		// A label set since Register looked is not missed: the first

@@ -101,9 +101,9 @@ func TestRegisterAndKeepTheNode(t *testing.T) {
 		first, err = leases.Get(ctx, f.NodeName, metav1.GetOptions{})
 		return err == nil && first.Spec.RenewTime != nil, err
 	})
-	if first.Spec.HolderIdentity == nil || *first.Spec.HolderIdentity != f.NodeName ||
+	if first.Spec.HolderIdentity == nil || *first.Spec.HolderIdentity != n.identity ||
 		first.Spec.LeaseDurationSeconds == nil || *first.Spec.LeaseDurationSeconds != 4 {
-		t.Errorf("Lease spec %+v, want holder %s and duration 4s", first.Spec, f.NodeName)
+		t.Errorf("Lease spec %+v, want holder %s and duration 4s", first.Spec, n.identity)
 	}
 	untilNode(t, "the Lease to be owned by the Node and renewed", func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, f.NodeName, metav1.GetOptions{})
@@ -254,8 +254,9 @@ func TestRegisterOutlastsAnAPIServerOutage(t *testing.T) {
 	}
 }
 
-// TestKeepable: the keeper keeps a Node with the owner label, or one it
-// registered before the label existed, and no other.
+// TestKeepable: the keeper keeps a Node with the owner label and no other,
+// not even one it registered itself once the label is gone (an operator
+// removed it).
 func TestKeepable(t *testing.T) {
 	ready := func(reason string) []corev1.NodeCondition {
 		return []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: reason}}
@@ -270,7 +271,7 @@ func TestKeepable(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: OwnerLabelValue}},
 			Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.0"}, Conditions: ready("KubeletReady")},
 		}, true},
-		{"registered by an earlier agent", corev1.Node{Status: corev1.NodeStatus{Conditions: ready(NodeReadyReason)}}, true},
+		{"registered by the agent, label removed", corev1.Node{Status: corev1.NodeStatus{Conditions: ready(NodeReadyReason)}}, false},
 		{"kubelet", corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.0"}, Conditions: ready("KubeletReady")}}, false},
 		{"kubelet version with the agent's reason", corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.0"}, Conditions: ready(NodeReadyReason)}}, false},
 		{"label with another value", corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: "kubelet"}}}, false},

@@ -378,6 +378,17 @@ func TestRegisterNodeLeavesAKubeletsNodeAlone(t *testing.T) {
 		t.Errorf("no log line about the Node not being registered:\n%s", n.logs.String())
 	}
 
+	// The kubelet is gone for long: its Lease expired (the keeper waits
+	// for a Lease another holder renewed within its duration).
+	leases := f.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	lease, err := leases.Get(ctx, f.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-2 * time.Minute)}
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	setOwnerLabel(t, f, true)
 	poll(t, "the keeper to keep the labelled Node", func(ctx context.Context) (bool, error) {
 		node, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{})
@@ -398,4 +409,63 @@ func mapKeys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestRecreatedNodeIsAnotherNode deletes the Node a runtime-mode agent
+// serves and creates another of the same name, owner label included (a
+// cloned host registering under the same name): the agent pinned the
+// first Node's UID, so it does not serve the second — /readyz fails, a new
+// pod's volume is not published — and it unmounts nothing it published
+// for the first. Restarted, it serves the Node it finds.
+func TestRecreatedNodeIsAnotherNode(t *testing.T) {
+	f := k8stest.New(t)
+	createKubeletNode(t, f, true)
+	n := startClusterNodeWith(t, f, clusterNodeOptions{NoNode: true})
+	first := createClaimPod(t, f, "first")
+	poll(t, "the first pod's volume to be published", func(context.Context) (bool, error) { return n.published(first.UID), nil })
+	mounted := mountsUnder(t, n.root)
+
+	nodes := f.Client.CoreV1().Nodes()
+	old, err := nodes.Get(t.Context(), f.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Delete(t.Context(), f.NodeName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recreated, err := nodes.Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.NodeName, Labels: old.Labels}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recreated.UID == old.UID {
+		t.Fatalf("the recreated Node has the first one's UID %s", old.UID)
+	}
+	n.untilNotReady(t)
+	second := createClaimPod(t, f, "second")
+	quiet(t, 10*time.Second, func() string {
+		if n.published(second.UID) {
+			return "a pod of the recreated Node had its volume published"
+		}
+		if calls := n.calls(t); slices.Contains(calls, "NodeUnpublishVolume") || slices.Contains(calls, "NodeUnstageVolume") {
+			return "a volume was torn down after the Node was recreated: " + strings.Join(calls, ", ")
+		}
+		if now := mountsUnder(t, n.root); !slices.Equal(now, mounted) {
+			return "the mounts changed after the Node was recreated: " + strings.Join(now, ", ")
+		}
+		return ""
+	})
+	if code, body := n.readyz(); code == http.StatusOK {
+		t.Errorf("/readyz passes for a recreated Node: %q", body)
+	} else if !strings.Contains(body, "was replaced") {
+		t.Errorf("/readyz does not say the Node was replaced: %q", body)
+	}
+
+	// Restarted, the agent serves the Node it finds.
+	n.restart(t)
+	poll(t, "the second pod's volume to be published after a restart", func(context.Context) (bool, error) { return n.published(second.UID), nil })
+	forceDelete(t, f, first)
+	forceDelete(t, f, second)
+	poll(t, "the teardown", func(context.Context) (bool, error) {
+		return len(n.vm.Volumes()) == 0 && len(mountsUnder(t, n.root)) == 0, nil
+	})
 }

@@ -2,7 +2,9 @@ package volumemanager_test
 
 import (
 	"context"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
@@ -125,4 +128,159 @@ func poll(t *testing.T, what string, cond wait.ConditionWithContextFunc) {
 	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, standaloneTimeout, true, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// registerNodeFast is RegisterNode with a 4s Lease (renewed every second)
+// and the Node's status posted every 200ms.
+func registerNodeFast(c *volumemanager.Config) {
+	c.RegisterNode = true
+	c.Tuning.NodeLeaseDuration, c.Tuning.NodeStatusInterval = 4*time.Second, 200*time.Millisecond
+}
+
+// readyHeartbeat returns the Node's Ready heartbeat and its Lease's
+// renewTime.
+func readyHeartbeat(t *testing.T, f *k8stest.Fixture) (metav1.Time, metav1.MicroTime) {
+	t.Helper()
+	node, err := f.Client.CoreV1().Nodes().Get(t.Context(), f.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heartbeat metav1.Time
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			heartbeat = c.LastHeartbeatTime
+		}
+	}
+	lease, err := f.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), f.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return heartbeat, ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{})
+}
+
+// TestRegisterNodeKeepsARemovedOwnerLabelRemoved: with RegisterNode, an
+// operator removes the owner label from the Node the agent registered. The
+// label stays removed — the node keeper, whose virtual-kubelet node
+// controller puts its labels back at each status update, writes nothing
+// to a Node without it: no status, no Lease renewal, for 15 status
+// intervals and 3 renewals — and the agent stops new work: /readyz fails
+// naming the label, csi_volmgr_node_owned is 0, one error line. With the
+// label back, the keeper resumes.
+func TestRegisterNodeKeepsARemovedOwnerLabelRemoved(t *testing.T) {
+	f := k8stest.New(t)
+	ctx := t.Context()
+	t.Cleanup(func() {
+		_ = f.Client.CoreV1().Nodes().Delete(context.WithoutCancel(t.Context()), f.NodeName, metav1.DeleteOptions{})
+	})
+	n := startClusterNode(t, f, registerNodeFast)
+	poll(t, "/readyz to pass", func(context.Context) (bool, error) { code, _ := n.readyz(); return code == http.StatusOK, nil })
+
+	setOwnerLabel(t, f, false)
+	n.untilNotReady(t)
+	heartbeat, renewed := readyHeartbeat(t, f)
+	quiet(t, 3*time.Second, func() string {
+		node, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if v, ok := node.Labels[volumemanager.OwnerLabel]; ok {
+			return "the owner label was put back: " + v
+		}
+		return ""
+	})
+	if h, r := readyHeartbeat(t, f); !h.Equal(&heartbeat) || !r.Equal(&renewed) {
+		t.Errorf("the keeper wrote to a Node without the label: heartbeat %v -> %v, Lease renewed %v -> %v", heartbeat, h, renewed, r)
+	}
+	if code, body := n.readyz(); code == http.StatusOK || !strings.Contains(body, volumemanager.OwnerLabel) {
+		t.Errorf("/readyz without the label: %d %q", code, body)
+	}
+	if g := n.ownedGauge(t); g != 0 {
+		t.Errorf("csi_volmgr_node_owned %v, want 0", g)
+	}
+	var errorLines int
+	for _, e := range n.logs.Data() {
+		if e.Type == ktesting.LogError && strings.Contains(e.Message, "Not acting on the Node") {
+			errorLines++
+		}
+	}
+	if errorLines != 1 {
+		t.Errorf("%d error lines about the Node not being the agent's, want 1:\n%s", errorLines, n.logs.String())
+	}
+
+	setOwnerLabel(t, f, true)
+	poll(t, "/readyz to pass with the label back", func(context.Context) (bool, error) { code, _ := n.readyz(); return code == http.StatusOK, nil })
+	poll(t, "the keeper's status and Lease again", func(context.Context) (bool, error) {
+		h, r := readyHeartbeat(t, f)
+		return h.After(heartbeat.Time) && r.After(renewed.Time), nil
+	})
+}
+
+// TestRegisterNodeDoesNotAdoptAReplacedNode: with RegisterNode, the Node
+// the agent registered is deleted and someone else creates one of the same
+// name with the owner label (another host with the same name). The agent
+// acts on nothing there: /readyz fails saying it was replaced, the gauge is
+// 0, an Event on the new Node, and a pod's volume is not published.
+func TestRegisterNodeDoesNotAdoptAReplacedNode(t *testing.T) {
+	f := k8stest.New(t)
+	ctx := t.Context()
+	t.Cleanup(func() {
+		_ = f.Client.CoreV1().Nodes().Delete(context.WithoutCancel(t.Context()), f.NodeName, metav1.DeleteOptions{})
+	})
+	n := startClusterNode(t, f, registerNodeFast)
+	poll(t, "/readyz to pass", func(context.Context) (bool, error) { code, _ := n.readyz(); return code == http.StatusOK, nil })
+
+	nodes := f.Client.CoreV1().Nodes()
+	var replacement *corev1.Node
+	for range 20 {
+		if err := nodes.Delete(ctx, f.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		created, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: f.NodeName, Labels: map[string]string{corev1.LabelHostname: f.NodeName, volumemanager.OwnerLabel: volumemanager.OwnerLabelValue},
+		}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue // the keeper created its own first
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		replacement = created
+		break
+	}
+	if replacement == nil {
+		t.Fatal("the keeper always created the Node first")
+	}
+	poll(t, "/readyz to fail: replaced", func(context.Context) (bool, error) {
+		code, body := n.readyz()
+		return code != http.StatusOK && strings.Contains(body, "was replaced") && strings.Contains(body, string(replacement.UID)), nil
+	})
+	poll(t, "the Event on the new Node", func(ctx context.Context) (bool, error) {
+		events, err := f.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + f.NodeName})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == volumemanager.EventNodeReplaced && e.InvolvedObject.UID == replacement.UID {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	pod := createClaimPod(t, f, "app")
+	quiet(t, 3*time.Second, func() string {
+		if n.published(pod.UID) {
+			return "the pod's volume was published on the replaced Node"
+		}
+		if code, _ := n.readyz(); code == http.StatusOK {
+			return "/readyz passes on the replaced Node"
+		}
+		return ""
+	})
+	if g := n.ownedGauge(t); g != 0 {
+		t.Errorf("csi_volmgr_node_owned %v, want 0", g)
+	}
+	if calls := n.calls(t); slices.Contains(calls, "NodeStageVolume") || slices.Contains(calls, "NodePublishVolume") {
+		t.Errorf("the plugin was called: %v", calls)
+	}
+	forceDelete(t, f, pod)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Label and Value mark a Node whose volume manager is csi-volmgr.
@@ -35,6 +37,9 @@ const (
 	foreign
 	// owned: the Node carries the label.
 	owned
+	// replaced: a Node of the name exists with another UID than the
+	// pinned one: it is not the Node the agent served.
+	replaced
 )
 
 // Gate tells whether the agent owns its Node. The zero value is not
@@ -45,10 +50,25 @@ type Gate struct {
 	// always is set on AlwaysOwned's Gate, which Observe never closes.
 	always bool
 
-	// mu protects state and changed.
+	// mu protects the fields below.
 	mu    sync.Mutex
 	state state
-	// changed is closed, and replaced, at every change of state.
+	// pin is the UID of the Node the agent serves: set when a Node is
+	// first seen with the label through ObserveNode, or by Pin. A Node of
+	// the same name with another UID is another Node.
+	pin types.UID
+	// seen is the UID of the Node's last version told to ObserveNode
+	// (empty when it does not exist); labels its labels.
+	seen   types.UID
+	labels map[string]string
+	// uids is set by the first ObserveNode: from then on the Gate follows
+	// that feed, which has UIDs, and ignores Observe's labels-only one, so
+	// that one ordered view of the Node decides.
+	uids bool
+	// hold, when not empty, closes the Gate whatever the Node looks like:
+	// the reason of Hold.
+	hold string
+	// changed is closed, and replaced, at every change of the answer.
 	changed chan struct{}
 }
 
@@ -71,8 +91,11 @@ func AlwaysOwned() *Gate {
 func (g *Gate) Owned() (bool, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.state == owned, g.reasonLocked()
+	return g.openLocked(), g.reasonLocked()
 }
+
+// openLocked tells whether the agent may act.
+func (g *Gate) openLocked() bool { return g.state == owned && g.hold == "" }
 
 // Err returns nil while the Node is owned, and an error wrapping
 // ErrNotOwned with the reason otherwise.
@@ -88,7 +111,7 @@ func (g *Gate) Err() error {
 func (g *Gate) Wait(ctx context.Context) error {
 	for {
 		g.mu.Lock()
-		ok, changed := g.state == owned, g.changed
+		ok, changed := g.openLocked(), g.changed
 		g.mu.Unlock()
 		if ok {
 			return nil
@@ -109,9 +132,16 @@ func (g *Gate) Changed() <-chan struct{} {
 }
 
 // Observe tells the Gate what the Node looks like now: its labels, or
-// exists false when the Node does not exist. AlwaysOwned's Gate ignores it.
+// exists false when the Node does not exist. AlwaysOwned's Gate ignores
+// it, and so does a Gate that ObserveNode was called on: that view has the
+// Node's UID.
 func (g *Gate) Observe(labels map[string]string, exists bool) {
 	if g.always {
+		return
+	}
+	g.mu.Lock()
+	if g.uids {
+		g.mu.Unlock()
 		return
 	}
 	next := absent
@@ -121,21 +151,131 @@ func (g *Gate) Observe(labels map[string]string, exists bool) {
 	case exists:
 		next = foreign
 	}
+	g.setLocked(next)
+}
+
+// ObserveNode tells the Gate of the Node's latest version: its UID and
+// labels, or exists false when it does not exist. The first Node seen with
+// the label is pinned: from then on a Node of the same name with another
+// UID is another Node, and the Gate stays closed for it (the replaced
+// state) until Pin names it. Once called, the Gate ignores Observe. The
+// caller tells the versions in the order the API server made them (one
+// informer's events).
+func (g *Gate) ObserveNode(uid types.UID, labels map[string]string, exists bool) {
+	if g.always {
+		return
+	}
 	g.mu.Lock()
+	g.uids = true
+	g.seen, g.labels = "", nil
+	if exists {
+		g.seen, g.labels = uid, maps.Clone(labels)
+	}
+	if exists && g.pin == "" && HasLabel(labels) {
+		g.pin = uid
+	}
+	g.setLocked(g.judgeLocked())
+}
+
+// Pin makes uid the Node the agent serves: one the caller created itself
+// (the node keeper). A Node seen with another UID is another Node.
+func (g *Gate) Pin(uid types.UID) {
+	if g.always {
+		return
+	}
+	g.mu.Lock()
+	prev := g.pin
+	g.pin = uid
+	if !g.uids {
+		g.mu.Unlock()
+		return
+	}
+	if prev != "" && prev != uid {
+		g.logger.Info("Serving a new Node of the same name, created by the agent", "node", g.node, "uid", uid, "previousUID", prev)
+	}
+	g.setLocked(g.judgeLocked())
+}
+
+// Pinned returns the UID of the Node the agent serves; empty while none
+// is pinned.
+func (g *Gate) Pinned() types.UID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pin
+}
+
+// Check tells whether the agent may write to the Node version (uid,
+// labels): nil when it carries the label and is the pinned Node (or none
+// is pinned yet), an error wrapping ErrNotOwned that says why otherwise. It
+// does not look at Hold: the holder of a hold checks its own reason.
+func (g *Gate) Check(uid types.UID, labels map[string]string) error {
+	if g.always {
+		return nil
+	}
+	g.mu.Lock()
+	pin := g.pin
+	g.mu.Unlock()
+	switch {
+	case pin != "" && uid != pin:
+		return fmt.Errorf("%w: %s", ErrNotOwned, replacedReason(g.node, uid, pin))
+	case !HasLabel(labels):
+		return fmt.Errorf("%w: %s", ErrNotOwned, foreignReason(g.node))
+	}
+	return nil
+}
+
+// Hold closes the Gate for reason, whatever the Node looks like, until
+// Release: e.g. another agent renews the Node's Lease. It logs nothing;
+// the caller says why once. A later Hold replaces the reason.
+func (g *Gate) Hold(reason string) {
+	if g.always {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hold == reason {
+		return
+	}
+	g.hold = reason
+	g.notifyLocked()
+}
+
+// Release ends a Hold.
+func (g *Gate) Release() { g.Hold("") }
+
+// judgeLocked is the state of the Node's last version told to ObserveNode.
+func (g *Gate) judgeLocked() state {
+	switch {
+	case g.seen == "":
+		return absent
+	case g.pin != "" && g.seen != g.pin:
+		return replaced
+	case HasLabel(g.labels):
+		return owned
+	}
+	return foreign
+}
+
+// setLocked moves the Gate to next, logs the change and unlocks g.mu.
+func (g *Gate) setLocked(next state) {
 	prev := g.state
 	if prev == next {
 		g.mu.Unlock()
 		return
 	}
 	g.state = next
-	close(g.changed)
-	g.changed = make(chan struct{})
-	reason := g.reasonLocked()
+	g.notifyLocked()
+	reason, uid, pin := g.reasonLocked(), g.seen, g.pin
 	g.mu.Unlock()
 
 	switch {
 	case next == owned:
-		g.logger.Info("The Node carries the volume manager label: acting as its volume manager", "node", g.node, "label", Label+"="+Value)
+		g.logger.Info("The Node carries the volume manager label: acting as its volume manager", "node", g.node, "label", Label+"="+Value, "uid", uid)
+	case next == replaced:
+		// The one error line of the Node being replaced: what is mounted
+		// stays mounted.
+		g.logger.Error(ErrNotOwned, "Not acting on the Node: it is another Node than the one the agent served",
+			"node", g.node, "uid", uid, "servedUID", pin, "reason", reason)
 	case prev == owned || next == foreign:
 		// The one error line of the Node being (or becoming) someone
 		// else's; nothing is unmounted because of it.
@@ -146,17 +286,34 @@ func (g *Gate) Observe(labels map[string]string, exists bool) {
 	}
 }
 
+// notifyLocked wakes those who wait for a change.
+func (g *Gate) notifyLocked() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
 func (g *Gate) reasonLocked() string {
 	switch g.state {
 	case owned:
-		return ""
+		return g.hold
+	case replaced:
+		return replacedReason(g.node, g.seen, g.pin)
 	case absent:
 		return fmt.Sprintf("node %s does not exist; the agent acts only on a Node that carries the label %s=%s", g.node, Label, Value)
 	case foreign:
-		return fmt.Sprintf("node %s does not carry the label %s=%s; another volume manager (a kubelet) may own it", g.node, Label, Value)
+		return foreignReason(g.node)
 	default:
 		return fmt.Sprintf("node %s not seen yet; the agent acts only on a Node that carries the label %s=%s", g.node, Label, Value)
 	}
+}
+
+func foreignReason(node string) string {
+	return fmt.Sprintf("node %s does not carry the label %s=%s; another volume manager (a kubelet) may own it", node, Label, Value)
+}
+
+func replacedReason(node string, uid, pin types.UID) string {
+	return fmt.Sprintf("node %s was replaced: it has UID %s, the agent served UID %s; the agent does not adopt a Node of the same name "+
+		"that someone else created (restart the agent to adopt it, or delete it and let --register-node create its own)", node, uid, pin)
 }
 
 // Register adds the gauge csi_volmgr_node_owned (1 while the agent owns

@@ -109,3 +109,80 @@ func TestGateWaitWakesOnTheLabelAndOnContextEnd(t *testing.T) {
 		t.Errorf("AlwaysOwned().Wait: %v", err)
 	}
 }
+
+// TestGatePinsTheNodeByUID: the first Node seen with the label is pinned;
+// a Node of the same name with another UID keeps the Gate closed, with
+// one error line, even with the label, until Pin names it; once
+// ObserveNode is used, Observe's labels-only view is ignored.
+func TestGatePinsTheNodeByUID(t *testing.T) {
+	g, l := newGate(t)
+	owner := map[string]string{nodeowner.Label: nodeowner.Value}
+	g.ObserveNode("uid-1", map[string]string{"other": "x"}, true)
+	if g.Pinned() != "" {
+		t.Fatalf("a Node without the label was pinned: %q", g.Pinned())
+	}
+	g.ObserveNode("uid-1", owner, true)
+	if ok, _ := g.Owned(); !ok || g.Pinned() != "uid-1" {
+		t.Fatalf("the labelled Node: owned %v, pinned %q", ok, g.Pinned())
+	}
+	g.Observe(nil, false)
+	if ok, _ := g.Owned(); !ok {
+		t.Fatal("Observe changed a Gate fed by ObserveNode")
+	}
+	errorsBefore := len(l.errors)
+	g.ObserveNode("", nil, false)
+	g.ObserveNode("uid-2", owner, true)
+	ok, reason := g.Owned()
+	if ok || !strings.Contains(reason, "replaced") || !strings.Contains(reason, "uid-2") || !strings.Contains(reason, "uid-1") {
+		t.Fatalf("a new Node with the label: owned %v, reason %q; want closed, naming both UIDs", ok, reason)
+	}
+	if n := len(l.errors) - errorsBefore; n != 2 {
+		t.Errorf("%d error lines for the deletion and the replacement, want 2: %q", n, l.errors[errorsBefore:])
+	}
+	if err := g.Check("uid-2", owner); !errors.Is(err, nodeowner.ErrNotOwned) {
+		t.Errorf("Check of the new Node: %v, want ErrNotOwned", err)
+	}
+	if err := g.Check("uid-1", map[string]string{}); !errors.Is(err, nodeowner.ErrNotOwned) {
+		t.Errorf("Check of the pinned Node without the label: %v, want ErrNotOwned", err)
+	}
+	if err := g.Check("uid-1", owner); err != nil {
+		t.Errorf("Check of the pinned Node with the label: %v", err)
+	}
+	g.Pin("uid-2")
+	if ok, reason := g.Owned(); !ok {
+		t.Fatalf("after Pin of the new Node: closed, %q", reason)
+	}
+}
+
+// TestGateHold: a Hold closes an owned Gate with its reason, Release opens
+// it, and Wait follows.
+func TestGateHold(t *testing.T) {
+	g, _ := newGate(t)
+	g.ObserveNode("uid-1", map[string]string{nodeowner.Label: nodeowner.Value}, true)
+	changed := g.Changed()
+	g.Hold("another agent renews the Lease")
+	select {
+	case <-changed:
+	default:
+		t.Error("Hold did not signal a change")
+	}
+	if ok, reason := g.Owned(); ok || reason != "another agent renews the Lease" {
+		t.Fatalf("held: owned %v, reason %q", ok, reason)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(t.Context()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v while held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.Release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return after Release")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -63,8 +64,22 @@ func (n *Node) Labels() (map[string]string, bool) {
 	return maps.Clone(node.Labels), true
 }
 
-// OnChange subscribes fn to every change of the node's labels (and to its
-// creation and deletion). fn must not block.
+// Identity returns the node's UID and labels; false while the Node object
+// is not known (not listed yet, or it does not exist). The map is a copy.
+func (n *Node) Identity() (types.UID, map[string]string, bool) {
+	obj, exists, err := n.informer.GetIndexer().GetByKey(n.name)
+	if err != nil || !exists {
+		return "", nil, false
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return "", nil, false
+	}
+	return node.UID, maps.Clone(node.Labels), true
+}
+
+// OnChange subscribes fn to every change of the node's labels or UID (and
+// to its creation and deletion). fn must not block.
 func (n *Node) OnChange(fn func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -93,7 +108,7 @@ func (n *Node) Run(ctx context.Context) {
 func (n *Node) updated(old, cur any) {
 	o, ok1 := old.(*corev1.Node)
 	c, ok2 := cur.(*corev1.Node)
-	if ok1 && ok2 && maps.Equal(o.Labels, c.Labels) {
+	if ok1 && ok2 && o.UID == c.UID && maps.Equal(o.Labels, c.Labels) {
 		return // status heartbeats change nothing here
 	}
 	n.changed()
