@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
@@ -32,15 +33,23 @@ const (
 // agentConfig is one agent process.
 type agentConfig struct {
 	// Container is the agent container of the rendered DaemonSet: its args
-	// are the command line, with the host-specific flags replaced.
+	// are the command line, with $(NODE_NAME) resolved to Host and the
+	// host-specific directories replaced.
 	Container *corev1.Container
-	// Env is the API server; the agent talks to it as User.
+	// Env is the API server.
 	Env *k8stest.Env
-	// ServiceAccount is the identity the agent impersonates, as a pod
-	// running with that ServiceAccount would be.
-	ServiceAccount corev1.ObjectReference
-	// NodeName replaces --node-name.
-	NodeName string
+	// Host is the node the DaemonSet's pod runs on, spec.nodeName.
+	Host string
+	// BootstrapToken is the token of the agent's ServiceAccount bound to
+	// its pod on Host: what the DaemonSet's pod mounts, written into the
+	// kubeconfig the agent is given (--kubeconfig replaces the in-cluster
+	// configuration, nothing else).
+	BootstrapToken string
+	// NodeCertificate, when set, is the Node's client certificate and key
+	// (PEM), written into <root>/pki as the current one before the agent
+	// starts, as an earlier start of the agent would have left it: the agent
+	// then acts as its Node at once. Without it the agent asks for one.
+	NodeCertificate []byte
 	// Dir holds root/, reg/, the kubeconfig and the log. Keep it short:
 	// registration socket paths must fit a unix socket address.
 	Dir string
@@ -54,14 +63,23 @@ type agentConfig struct {
 type agentProcess struct {
 	*process.Process
 	Root, RegistrationDir string
+	// NodeName is its --node-name, resolved.
+	NodeName string
 	// HTTPEndpoint is its --http-endpoint, a free loopback port.
 	HTTPEndpoint string
 }
 
+// certPairFile is where the agent keeps its current Node certificate and
+// key, below <root-dir>/pki, the default --cert-dir (client-go's
+// certificate.FileStore with the prefix csi-volmgr-client).
+const certPairFile = "csi-volmgr-client-current.pem"
+
 // daemonSetArgs returns the container's args with the flags in overrides
-// replaced. Every override must replace a flag the DaemonSet sets, so that
-// the test notices when the manifests change shape; kubeconfig is appended.
-func daemonSetArgs(c *corev1.Container, overrides map[string]string, kubeconfig string) ([]string, error) {
+// replaced and the variables the kubelet expands resolved: $(NODE_NAME)
+// from spec.nodeName is host. Every override must replace a flag the
+// DaemonSet sets, so that the test notices when the manifests change shape;
+// kubeconfig is appended.
+func daemonSetArgs(c *corev1.Container, host string, overrides map[string]string, kubeconfig string) ([]string, error) {
 	if len(c.Args) == 0 || c.Args[0] != "run" {
 		return nil, fmt.Errorf("container %s: args %q do not start with run", c.Name, c.Args)
 	}
@@ -85,6 +103,19 @@ func daemonSetArgs(c *corev1.Container, overrides map[string]string, kubeconfig 
 			return nil, fmt.Errorf("the DaemonSet does not set --%s", name)
 		}
 	}
+	for _, e := range c.Env {
+		value := e.Value
+		switch {
+		case e.ValueFrom == nil:
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			value = host
+		default:
+			continue
+		}
+		for i := range args {
+			args[i] = strings.ReplaceAll(args[i], "$("+e.Name+")", value)
+		}
+	}
 	for _, a := range args {
 		if strings.Contains(a, "$(") {
 			return nil, fmt.Errorf("arg %q refers to an environment variable the test does not resolve", a)
@@ -93,19 +124,28 @@ func daemonSetArgs(c *corev1.Container, overrides map[string]string, kubeconfig 
 	return append(args, "--kubeconfig="+kubeconfig), nil
 }
 
-// writeImpersonatingKubeconfig writes the admin kubeconfig of env, changed to
-// impersonate sa with the groups the API server gives a ServiceAccount.
-func writeImpersonatingKubeconfig(env *k8stest.Env, sa corev1.ObjectReference, path string) error {
-	cfg, err := clientcmd.Load(env.KubeConfig)
-	if err != nil {
-		return fmt.Errorf("parsing the test kubeconfig: %w", err)
-	}
-	imp := env.ImpersonateServiceAccount(sa.Namespace, sa.Name).Impersonate
-	for _, ai := range cfg.AuthInfos {
-		ai.Impersonate = imp.UserName
-		ai.ImpersonateGroups = imp.Groups
-	}
+// writeTokenKubeconfig writes a kubeconfig for env's API server (its
+// address and CA) that authenticates with token only, as the in-cluster
+// configuration of a pod does.
+func writeTokenKubeconfig(env *k8stest.Env, token, path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["context"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "user"}
+	cfg.CurrentContext = "context"
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// nodeCertificate issues a client certificate of the Node name with the
+// API server's node signer, as kube-controller-manager signs an approved
+// request, and returns certificate and key in one PEM file's content.
+func nodeCertificate(tb testing.TB, env *k8stest.Env, name string) []byte {
+	tb.Helper()
+	certPEM, keyPEM, err := env.Signer.ClientCert("system:node:"+name, 24*time.Hour, "system:nodes")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return append(certPEM, keyPEM...)
 }
 
 // startAgent runs the agent until the test ends. Cleanups stop it first
@@ -119,8 +159,17 @@ func startAgent(t *testing.T, cfg agentConfig) *agentProcess {
 		RegistrationDir: filepath.Join(cfg.Dir, "reg"),
 	}
 	kubeconfig := filepath.Join(cfg.Dir, "kubeconfig")
-	if err := writeImpersonatingKubeconfig(cfg.Env, cfg.ServiceAccount, kubeconfig); err != nil {
+	if err := writeTokenKubeconfig(cfg.Env, cfg.BootstrapToken, kubeconfig); err != nil {
 		t.Fatal(err)
+	}
+	if cfg.NodeCertificate != nil {
+		pki := filepath.Join(a.Root, "pki")
+		if err := os.MkdirAll(pki, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pki, certPairFile), cfg.NodeCertificate, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Many agents run at once: a free loopback port each.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -129,14 +178,14 @@ func startAgent(t *testing.T, cfg agentConfig) *agentProcess {
 	}
 	a.HTTPEndpoint = l.Addr().String()
 	_ = l.Close()
-	args, err := daemonSetArgs(cfg.Container, map[string]string{
-		"node-name":        cfg.NodeName,
+	args, err := daemonSetArgs(cfg.Container, cfg.Host, map[string]string{
 		"root-dir":         a.Root,
 		"registration-dir": a.RegistrationDir,
 	}, kubeconfig)
 	if err != nil {
 		t.Fatalf("agent command line from the DaemonSet: %v", err)
 	}
+	a.NodeName, _ = flagValue(args, "node-name")
 	// The DaemonSet keeps the default 127.0.0.1:9809 (TestAgentDaemonSet);
 	// agents that run at once need a port each.
 	args = append(args, "--http-endpoint="+a.HTTPEndpoint)

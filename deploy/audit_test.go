@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,6 +22,7 @@ type auditEvent struct {
 	Verb             string       `json:"verb"`
 	Stage            string       `json:"stage"`
 	RequestURI       string       `json:"requestURI"`
+	User             auditUser    `json:"user"`
 	ImpersonatedUser *auditUser   `json:"impersonatedUser,omitempty"`
 	ObjectRef        *auditObject `json:"objectRef,omitempty"`
 	ResponseStatus   *struct {
@@ -29,7 +31,26 @@ type auditEvent struct {
 }
 
 type auditUser struct {
-	Username string `json:"username"`
+	Username string   `json:"username"`
+	Groups   []string `json:"groups"`
+}
+
+// actor is the user the request was authorized as: the impersonated user,
+// if any, else the authenticated one (a client certificate's system:node:X,
+// a ServiceAccount's or a bootstrap token's user).
+func (e auditEvent) actor() auditUser {
+	if e.ImpersonatedUser != nil {
+		return *e.ImpersonatedUser
+	}
+	return e.User
+}
+
+// object is the request's namespace/name, "" for a collection.
+func (e auditEvent) object() string {
+	if e.ObjectRef == nil || e.ObjectRef.Name == "" {
+		return ""
+	}
+	return e.ObjectRef.Namespace + "/" + e.ObjectRef.Name
 }
 
 type auditObject struct {
@@ -72,8 +93,10 @@ func (a access) String() string {
 	return a.Verb + " " + a.Group + "/" + a.Resource
 }
 
-// auditLog follows the API server's audit log and keeps the events of
-// impersonated users, the identities the tests give the agent.
+// auditLog follows the API server's audit log and keeps the events of every
+// user but the tests' own (system:masters) and the API server's loopback
+// requests: the agent's identities (its Node, its ServiceAccount), the
+// approver's and the impersonated ones.
 type auditLog struct {
 	path string
 	stop chan struct{}
@@ -148,7 +171,7 @@ func (a *auditLog) follow() {
 					return
 				}
 				partial = partial[:0]
-				if ev.ImpersonatedUser != nil {
+				if ev.ImpersonatedUser != nil || !slices.Contains(ev.User.Groups, "system:masters") {
 					batch = append(batch, ev)
 				}
 			}
@@ -177,7 +200,8 @@ func (a *auditLog) add(events []auditEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, ev := range events {
-		a.byUser[ev.ImpersonatedUser.Username] = append(a.byUser[ev.ImpersonatedUser.Username], ev)
+		user := ev.actor().Username
+		a.byUser[user] = append(a.byUser[user], ev)
 	}
 	close(a.changed)
 	a.changed = make(chan struct{})
@@ -228,4 +252,30 @@ func (a *auditLog) WaitDenied(ctx context.Context, user string, acc access) (aud
 		case <-changed:
 		}
 	}
+}
+
+// Unresolved returns the requests of user that were answered 403 Forbidden
+// and not later allowed. A GET the Node authorizer denies and allows later,
+// once the object exists and its graph (fed by the API server's own
+// watches) links it to the Node, is how a kubelet reads an object that
+// another controller is about to create, or one created a moment before
+// the graph learnt of it: transient lists those, each with the allowed GET
+// that followed.
+func (a *auditLog) Unresolved(user string) (unresolved, transient []auditEvent, err error) {
+	events, err := a.Events(user)
+	for i, ev := range events {
+		if ev.code() != 403 {
+			continue
+		}
+		resolved := ev.Verb == "get" && ev.object() != "" && slices.ContainsFunc(events[i+1:], func(later auditEvent) bool {
+			return later.Verb == ev.Verb && later.access() == ev.access() && later.object() == ev.object() &&
+				(later.code() < 400 || later.code() == 404)
+		})
+		if resolved {
+			transient = append(transient, ev)
+		} else {
+			unresolved = append(unresolved, ev)
+		}
+	}
+	return unresolved, transient, err
 }

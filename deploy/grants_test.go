@@ -21,8 +21,9 @@ import (
 // authorizeTimeout bounds the wait for new grants to take effect.
 const authorizeTimeout = 30 * time.Second
 
-// grant is one ClusterRole or Role that the manifests bind to the agent's
-// ServiceAccount, with the namespace of the binding for a Role.
+// grant is one ClusterRole or Role that the manifests bind to a subject
+// (the agent's ServiceAccount, the approver's, a group of bootstrap
+// tokens), with the namespace of the binding for a Role.
 type grant struct {
 	// Kind is ClusterRole or Role.
 	Kind string
@@ -30,16 +31,29 @@ type grant struct {
 	Namespace string
 	Name      string
 	Rules     []rbacv1.PolicyRule
+	// BuiltIn is a ClusterRole of the API server's bootstrap policy
+	// (system:node-bootstrapper), which the manifests bind but do not
+	// define: its rules are read from the API server.
+	BuiltIn bool
 }
 
-// agentGrants returns the roles that objs bind to the ServiceAccount sa
-// (namespace/name). A RoleBinding to a ClusterRole is not used by the
-// manifests and is refused, so that no grant escapes the test.
-func agentGrants(tb testing.TB, objs []*unstructured.Unstructured, saNamespace, saName string) []grant {
+// agentGrants returns the roles that objs bind to the ServiceAccount
+// saNamespace/saName.
+func agentGrants(tb testing.TB, env *k8stest.Env, objs []*unstructured.Unstructured, saNamespace, saName string) []grant {
+	tb.Helper()
+	return grantsOf(tb, env, objs, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNamespace})
+}
+
+// grantsOf returns the roles that objs bind to subject. A ClusterRole that
+// objs bind but do not define must be one of the API server's built-in
+// roles (system:...): its rules are read from env, or left empty when env
+// is nil. A RoleBinding to a ClusterRole is not used by the manifests and
+// is refused, so that no grant escapes the test.
+func grantsOf(tb testing.TB, env *k8stest.Env, objs []*unstructured.Unstructured, subject rbacv1.Subject) []grant {
 	tb.Helper()
 	boundTo := func(subjects []rbacv1.Subject) bool {
 		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
-			return s.Kind == rbacv1.ServiceAccountKind && s.Name == saName && s.Namespace == saNamespace
+			return s.Kind == subject.Kind && s.Name == subject.Name && s.Namespace == subject.Namespace
 		})
 	}
 	var grants []grant
@@ -50,8 +64,7 @@ func agentGrants(tb testing.TB, objs []*unstructured.Unstructured, saNamespace, 
 		if b.RoleRef.Kind != "ClusterRole" {
 			tb.Fatalf("ClusterRoleBinding %s refers to a %s", b.Name, b.RoleRef.Kind)
 		}
-		role := convert[rbacv1.ClusterRole](tb, find(tb, objs, "ClusterRole", "", b.RoleRef.Name))
-		grants = append(grants, grant{Kind: "ClusterRole", Name: role.Name, Rules: role.Rules})
+		grants = append(grants, clusterRole(tb, env, objs, b.RoleRef.Name))
 	}
 	for _, b := range ofKind[rbacv1.RoleBinding](tb, objs, "RoleBinding") {
 		if !boundTo(b.Subjects) {
@@ -64,9 +77,33 @@ func agentGrants(tb testing.TB, objs []*unstructured.Unstructured, saNamespace, 
 		grants = append(grants, grant{Kind: "Role", Namespace: role.Namespace, Name: role.Name, Rules: role.Rules})
 	}
 	if len(grants) == 0 {
-		tb.Fatalf("no role is bound to ServiceAccount %s/%s", saNamespace, saName)
+		tb.Fatalf("no role is bound to %s %s/%s", subject.Kind, subject.Namespace, subject.Name)
 	}
 	return grants
+}
+
+// clusterRole returns the ClusterRole name of objs, or the API server's
+// built-in one.
+func clusterRole(tb testing.TB, env *k8stest.Env, objs []*unstructured.Unstructured, name string) grant {
+	tb.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && o.GetName() == name {
+			role := convert[rbacv1.ClusterRole](tb, o)
+			return grant{Kind: "ClusterRole", Name: role.Name, Rules: role.Rules}
+		}
+	}
+	if !strings.HasPrefix(name, "system:") {
+		tb.Fatalf("the manifests bind the ClusterRole %s, which they do not define and which is not a built-in one", name)
+	}
+	g := grant{Kind: "ClusterRole", Name: name, BuiltIn: true}
+	if env != nil {
+		role, err := env.Client.RbacV1().ClusterRoles().Get(tb.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			tb.Fatalf("the built-in ClusterRole %s: %v", name, err)
+		}
+		g.Rules = role.Rules
+	}
+	return g
 }
 
 // accesses lists every (verb, group, resource) the grants allow, in order.
@@ -125,9 +162,10 @@ func without(grants []grant, acc access) []grant {
 	return out
 }
 
-// installGrants creates the grants under names prefixed with prefix and
+// installGrants creates the grants under names prefixed with prefix (a
+// built-in role as a copy of its rules, so that a test can remove one) and
 // binds them to the ServiceAccount saNamespace/saName, for the rest of the
-// test. The ServiceAccount object itself is not needed to impersonate it.
+// test.
 func installGrants(t testing.TB, env *k8stest.Env, grants []grant, prefix, saNamespace, saName string) {
 	t.Helper()
 	ctx := t.Context()
@@ -135,7 +173,7 @@ func installGrants(t testing.TB, env *k8stest.Env, grants []grant, prefix, saNam
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNamespace}}
 	labels := map[string]string{"csi-volmgr.io/test": prefix}
 	for _, g := range grants {
-		name := fmt.Sprintf("%s-%s", prefix, g.Name)
+		name := fmt.Sprintf("%s-%s", prefix, strings.ReplaceAll(g.Name, ":", "-"))
 		meta := metav1.ObjectMeta{Name: name, Namespace: g.Namespace, Labels: labels}
 		ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: g.Kind, Name: name}
 		var err error

@@ -43,8 +43,8 @@ func checkReleaseTag(tag, headTag string) error {
 // one place, the images: entry of its kustomization that `make
 // deploy-image-tag` keeps in step with the Makefile's version: the
 // DaemonSet's own manifest names no registry and no tag, the rendered
-// DaemonSet (of base and of every overlay that keeps base's image) runs
-// that entry's image, and the tag is the release of this commit.
+// DaemonSet and approver Deployment run that entry's image, and the tag is
+// the release of this commit.
 func TestImagesBaseEntry(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("base", "kustomization.yaml"))
 	if err != nil {
@@ -75,10 +75,14 @@ func TestImagesBaseEntry(t *testing.T) {
 	}
 
 	want := entry.NewName + ":" + entry.NewTag
-	for _, dir := range []string{"base", "namespaced-secrets"} {
-		if _, c := agentDaemonSet(t, render(t, dir)); c.Image != want {
-			t.Errorf("%s: the agent runs %s, want %s (base's images: entry)", dir, c.Image, want)
-		}
+	objs := render(t, "base")
+	if _, c := agentDaemonSet(t, objs); c.Image != want {
+		t.Errorf("base: the agent runs %s, want %s (base's images: entry)", c.Image, want)
+	}
+	// The approver runs the agent's image, named the same way.
+	dep := convert[appsv1.Deployment](t, find(t, objs, "Deployment", agentNamespace, approverName))
+	if got := dep.Spec.Template.Spec.Containers[0].Image; got != want {
+		t.Errorf("base: the approver runs %s, want %s (base's images: entry)", got, want)
 	}
 
 	if err := checkReleaseTag(entry.NewTag, headReleaseTag(t)); err != nil {

@@ -46,11 +46,13 @@ func runtimeFlags(t *testing.T) []string {
 // TestKindRuntimePairing checks deploy/kind/runtime without running kind:
 // the example runtime takes the agent's place in deploy/kind's DaemonSet
 // (same host, same root and registration directories, same virtual
-// node), every argument is a flag it has, its Node carries the taint the
-// example pods tolerate, its kubelet endpoint is the pod's IP and a
-// container port, the system directories it gives containers come from the
-// node's root mounted read-only without Bidirectional propagation, and its
-// ServiceAccount has what virtual-kubelet's controllers do.
+// node), every argument is a flag it has, the embedded csi-volmgr acts as
+// its Node with its certificate on the host as the agent's, its Node carries
+// the taint the example pods tolerate, its kubelet endpoint is the pod's IP
+// and a container port, the system directories it gives containers come
+// from the node's root mounted read-only without Bidirectional propagation,
+// and its ServiceAccount has what virtual-kubelet's controllers do, and
+// none of the embedded csi-volmgr's rights that its Node has.
 func TestKindRuntimePairing(t *testing.T) {
 	kindObjs, objs := render(t, "kind"), render(t, filepath.Join("kind", "runtime"))
 	kindDS, kindAgent := agentDaemonSet(t, kindObjs)
@@ -86,6 +88,13 @@ func TestKindRuntimePairing(t *testing.T) {
 		}
 	}
 
+	// The embedded csi-volmgr's Node certificate: on the host, where the
+	// agent keeps its own (<root-dir>/pki), so that a restarted pod reuses it.
+	root, _ := flagValue(rt.Args, "root-dir")
+	if certDir, ok := flagValue(rt.Args, "node-cert-dir"); !ok || filepath.Clean(certDir) != filepath.Join(root, "pki") {
+		t.Errorf("--node-cert-dir=%q: want %s, the agent's certificate directory on the host (the embedded csi-volmgr then acts as its Node)", certDir, filepath.Join(root, "pki"))
+	}
+
 	value, _ := flagValue(rt.Args, "taint")
 	taint, err := parseTaint(value)
 	if want := virtualNodeTaint(t); err != nil || !taint.MatchTaint(&want) || taint.Value != want.Value {
@@ -113,7 +122,7 @@ func TestKindRuntimePairing(t *testing.T) {
 	}
 
 	// What virtual-kubelet's node and pod controllers do beyond the agent.
-	granted := accesses(agentGrants(t, objs, ds.Namespace, spec.ServiceAccountName))
+	granted := accesses(agentGrants(t, nil, objs, ds.Namespace, spec.ServiceAccountName))
 	for _, a := range []access{
 		{Verb: "create", Resource: "nodes"}, {Verb: "patch", Resource: "nodes/status"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}, {Verb: "update", Group: "coordination.k8s.io", Resource: "leases"},
@@ -122,6 +131,17 @@ func TestKindRuntimePairing(t *testing.T) {
 	} {
 		if !slices.Contains(granted, a) {
 			t.Errorf("the runtime's ServiceAccount cannot %s", a)
+		}
+	}
+	// What the embedded csi-volmgr does as its Node: never the
+	// ServiceAccount's.
+	for _, a := range []access{
+		{Verb: "create", Resource: "serviceaccounts/token"}, {Verb: "get", Resource: "secrets"},
+		{Verb: "get", Resource: "persistentvolumes"}, {Verb: "patch", Resource: "persistentvolumeclaims/status"},
+		{Verb: "delete", Group: "storage.k8s.io", Resource: "csinodes"}, {Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
+	} {
+		if slices.Contains(granted, a) {
+			t.Errorf("the runtime's ServiceAccount may %s: the embedded csi-volmgr does that as its Node", a)
 		}
 	}
 }

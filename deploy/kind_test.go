@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/nodeowner"
 )
 
 // kindCluster is the part of kind's v1alpha4 Cluster config the test reads.
@@ -43,8 +45,12 @@ func TestKindPairing(t *testing.T) {
 	objs := render(t, "kind")
 	ds, agent := agentDaemonSet(t, objs)
 
-	if got, _ := flagValue(agent.Args, "node-name"); got != virtualNode {
-		t.Errorf("--node-name=%q, want %q", got, virtualNode)
+	if got, _ := flagValue(agent.Args, "node-name"); strings.ReplaceAll(got, "$(NODE_NAME)", kindAgentHost) != kindVirtualNode || !envFromNodeName(agent, "NODE_NAME") {
+		t.Errorf("--node-name=%q on %s, want %q ($(NODE_NAME) the host's name, from spec.nodeName)", got, kindAgentHost, kindVirtualNode)
+	}
+	if lib := kindLib(t); lib["AGENT_HOST"] != "$CLUSTER-worker" || lib["CLUSTER"] != "${KIND_CLUSTER:-csi-volmgr}" || lib["VIRTUAL_NODE"] != "csi-volmgr-$AGENT_HOST" {
+		t.Errorf("kind/lib.sh: AGENT_HOST=%s, CLUSTER=%s, VIRTUAL_NODE=%s: want the worker of cluster csi-volmgr and csi-volmgr-$AGENT_HOST, the agent's --node-name there",
+			lib["AGENT_HOST"], lib["CLUSTER"], lib["VIRTUAL_NODE"])
 	}
 	if v, ok := flagValue(agent.Args, "register-node"); !ok || v != "true" {
 		t.Error("the agent of a node without kubelet needs --register-node")
@@ -98,7 +104,7 @@ func TestKindPairing(t *testing.T) {
 		}
 	}
 	if hosts != 1 {
-		t.Errorf("%d kind nodes match the agent's nodeSelector %v; exactly one agent may serve %s", hosts, ds.Spec.Template.Spec.NodeSelector, virtualNode)
+		t.Errorf("%d kind nodes match the agent's nodeSelector %v; exactly one agent may serve %s", hosts, ds.Spec.Template.Spec.NodeSelector, kindVirtualNode)
 	}
 
 	// The driver.
@@ -190,7 +196,7 @@ func TestKindPairing(t *testing.T) {
 			t.Errorf("example pod %s uses %d claims of its own, want 1", p.Name, used)
 		}
 		switch {
-		case p.Spec.NodeSelector[corev1.LabelHostname] == virtualNode:
+		case p.Spec.NodeSelector[nodeowner.Label] == nodeowner.Value && len(p.Spec.NodeSelector) == 1:
 			onVirtual++
 			if !slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
 				t.Errorf("example pod %s does not tolerate the virtual node's taint %s", p.Name, taint.ToString())
@@ -198,11 +204,11 @@ func TestKindPairing(t *testing.T) {
 		case len(p.Spec.NodeSelector) > 0 && matches(p.Spec.NodeSelector, ds.Spec.Template.Spec.NodeSelector):
 			onHost++
 		default:
-			t.Errorf("example pod %s nodeSelector %v selects neither %s nor the agent's host", p.Name, p.Spec.NodeSelector, virtualNode)
+			t.Errorf("example pod %s nodeSelector %v selects neither the agent's Node (%s=%s) nor the agent's host", p.Name, p.Spec.NodeSelector, nodeowner.Label, nodeowner.Value)
 		}
 	}
 	if onVirtual != 1 || onHost != 1 {
-		t.Errorf("example: %d pods on %s and %d on the agent's host, want one each", onVirtual, virtualNode, onHost)
+		t.Errorf("example: %d pods on %s and %d on the agent's host, want one each", onVirtual, kindVirtualNode, onHost)
 	}
 }
 
@@ -243,6 +249,26 @@ func envFromNodeName(c *corev1.Container, name string) bool {
 		return e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
 	})
 }
+
+// kindLib returns the plain assignments NAME=value of kind/lib.sh, values
+// as written.
+func kindLib(tb testing.TB) map[string]string {
+	tb.Helper()
+	data, err := os.ReadFile(filepath.Join("kind", "lib.sh"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if m := shellAssignment.FindStringSubmatch(line); m != nil {
+			vars[m[1]] = strings.Trim(m[2], `"'`)
+		}
+	}
+	return vars
+}
+
+// shellAssignment matches NAME=value at the start of a line.
+var shellAssignment = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=(\S*)$`)
 
 // virtualNodeTaint is the taint of the virtual node (VIRTUAL_NODE_TAINT in
 // kind/lib.sh), which the agent's or the example runtime's flags set.

@@ -11,8 +11,9 @@ import (
 )
 
 // auditPolicy records the metadata of every request once it has an answer:
-// who (the impersonated ServiceAccount), which verb on which resource, and
-// the status code. The RBAC tests read a denied request from it.
+// who (the agent's Node, its ServiceAccount, the approver), which verb on
+// which resource, and the status code. The RBAC tests read a denied request
+// from it.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -20,8 +21,12 @@ rules:
   - level: Metadata
 `
 
-// The environment of this test binary: a kube-apiserver (with RBAC, as
-// envtest always starts it) that writes an audit log, started on first use.
+// The environment of this test binary: a kube-apiserver that writes an
+// audit log, started on first use, authorizing and admitting as kubeadm's
+// (and kind's, EKS's, GKE's, AKS's) does: the Node authorizer before RBAC,
+// the NodeRestriction admission plugin, bootstrap tokens. It trusts a
+// second client CA whose key the tests hold (Env.Signer): the signer of
+// node client certificates that kube-controller-manager would be.
 var shared struct {
 	once  sync.Once
 	dir   string
@@ -55,12 +60,18 @@ func apiServer(tb testing.TB) (*k8stest.Env, *auditLog) {
 		if shared.err = os.WriteFile(policy, []byte(auditPolicy), 0o600); shared.err != nil {
 			return
 		}
-		shared.env, shared.err = k8stest.Start(k8stest.Options{APIServerFlags: map[string][]string{
-			"audit-policy-file": {policy},
-			"audit-log-path":    {logPath},
-			"audit-log-format":  {"json"},
-			"audit-log-mode":    {"blocking"},
-		}})
+		shared.env, shared.err = k8stest.Start(k8stest.Options{
+			APIServerFlags: map[string][]string{
+				"audit-policy-file":           {policy},
+				"audit-log-path":              {logPath},
+				"audit-log-format":            {"json"},
+				"audit-log-mode":              {"blocking"},
+				"authorization-mode":          {"Node,RBAC"},
+				"enable-admission-plugins":    {"NodeRestriction"},
+				"enable-bootstrap-token-auth": {"true"},
+			},
+			NodeClientSigner: true,
+		})
 		if shared.err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,8 +18,11 @@ import (
 const (
 	agentNamespace = "csi-volmgr"
 	agentName      = "csi-volmgr"
-	// virtualNode is the node the kind overlay serves.
-	virtualNode = "csi-volmgr-virtual"
+	// kindAgentHost is the kind worker that runs the agent (lib.sh's
+	// AGENT_HOST of the cluster csi-volmgr), and kindVirtualNode the node the
+	// agent there serves, csi-volmgr-<host>.
+	kindAgentHost   = "csi-volmgr-worker"
+	kindVirtualNode = "csi-volmgr-" + kindAgentHost
 )
 
 // flagValue returns the value of --name in args ("--name=value"; a bare
@@ -125,11 +129,33 @@ func TestAgentDaemonSet(t *testing.T) {
 					t.Errorf("want the exec probe %q, got %+v", want, p)
 				}
 			}
+			// The agent waits for its Node's certificate before it serves
+			// the socket the probes ask: the liveness probe must not kill a
+			// waiting agent every minute.
+			startup := []string{"/csi-volmgr", "probe", "livez", "--root-dir=" + root}
+			if p := c.StartupProbe; p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, startup) {
+				t.Errorf("want the exec startup probe %q, got %+v", startup, p)
+			} else if wait := time.Duration(p.PeriodSeconds*p.FailureThreshold) * time.Second; wait < 10*time.Minute {
+				t.Errorf("the startup probe gives the agent %v to get its certificate, want 10 minutes at least", wait)
+			}
 			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 				t.Errorf("no CPU or memory request: %v", c.Resources.Requests)
 			}
 			if spec.ServiceAccountName != agentName {
 				t.Errorf("serviceAccountName %q, want %q", spec.ServiceAccountName, agentName)
+			}
+			// The agent acts as its Node, with its certificate on the host
+			// below the root, where a restarted pod finds it again. The
+			// example runtime embeds the agent and says so its own way.
+			certFlag := map[bool]string{true: "node-cert-dir", false: "node-identity"}[dir == "kind/runtime"]
+			if v, ok := flagValue(c.Args, certFlag); !ok || v == "" || v == "false" {
+				t.Errorf("no --%s: the agent would act as its ServiceAccount, which may only ask for its Node's certificate", certFlag)
+			}
+			if certDir, ok := flagValue(c.Args, certFlag); ok && certFlag == "node-cert-dir" && !below(certDir, root) {
+				t.Errorf("--node-cert-dir=%s is not below the root %s, the host's: a restarted pod would ask for a new certificate", certDir, root)
+			}
+			if certDir, ok := flagValue(c.Args, "cert-dir"); ok && !below(certDir, root) {
+				t.Errorf("--cert-dir=%s is not below the root %s, the host's: a restarted pod would ask for a new certificate", certDir, root)
 			}
 		})
 	}

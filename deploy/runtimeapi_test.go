@@ -45,8 +45,9 @@ func runtimeAPIRules(tb testing.TB) []rbacv1.PolicyRule {
 // runtimeAPIAnswers asks the agent's TCP endpoint for its volumes as a
 // runtime beside it would: without a token the answer is 401; with the
 // token of a ServiceAccount bound to csi-volmgr-runtime-api, which the
-// agent reviews with the API server (TokenReview, SubjectAccessReview:
-// the agent's own grants), the answer lists the pod's volume.
+// agent reviews with the API server (TokenReview, SubjectAccessReview, as
+// its Node: rights of every node, no RBAC), the answer lists the pod's
+// volume.
 func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	t, c, ns := s.t, s.f.Client, s.f.Namespace
 	url := "http://" + s.agent.HTTPEndpoint + volumemanager.VolumesPath
@@ -84,7 +85,7 @@ func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	if err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		got, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "csi-volmgr", Name: s.f.NodeName},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "csi-volmgr", Name: s.Node},
 		}}, metav1.CreateOptions{})
 		return err == nil && got.Status.Allowed, nil
 	}); err != nil {

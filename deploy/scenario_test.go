@@ -13,6 +13,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
@@ -49,23 +51,33 @@ const (
 	nodeLeaseNamespace = "kube-node-lease"
 )
 
-// scenario is one agent, run with the DaemonSet's command line as a given
-// ServiceAccount, serving a virtual node whose one pod uses a PV of the CSI
-// test plugin. The plugin's CSIDriver needs attach and pod tokens, the PV
-// has a node-publish Secret, and a stale CSINode from an earlier Node of
-// the same name is waiting: together these touch every grant the agent has.
+// scenario is one agent, run with the DaemonSet's command line as the
+// DaemonSet's pod on a host would run it, serving its virtual node
+// csi-volmgr-<host>, whose one pod uses a PV of the CSI test plugin. The
+// plugin's CSIDriver needs attach and pod tokens, the PV has a
+// node-publish Secret, its claim is created after the pod, and a stale
+// CSINode from an earlier Node of the same name is waiting: together these
+// touch everything the agent does on the API server.
 type scenario struct {
 	t     *testing.T
 	env   *k8stest.Env
 	f     *k8stest.Fixture
 	agent *agentProcess
-	// User is the agent's identity, as the audit log names it.
-	User   string
-	Driver string
-	Plugin *plugintest.Plugin
-	Handle string
-	PVName string
-	Pod    *corev1.Pod
+	// Host is the node the agent's pod runs on; Node the Node it serves,
+	// and acts on the API server as.
+	Host, Node string
+	// User is the agent's Node identity, system:node:<Node>, and
+	// BootstrapUser its ServiceAccount's, as the audit log names them.
+	User, BootstrapUser string
+	// AgentPod is the DaemonSet's pod on Host, which agentToken, the
+	// ServiceAccount's, is bound to.
+	AgentPod   *corev1.Pod
+	agentToken string
+	Driver     string
+	Plugin     *plugintest.Plugin
+	Handle     string
+	PVName     string
+	Pod        *corev1.Pod
 	// registerNode is whether the agent runs with --register-node.
 	registerNode bool
 	// firstRenew is the node Lease's renewTime when the Node was first
@@ -73,20 +85,40 @@ type scenario struct {
 	firstRenew time.Time
 }
 
-// newScenario creates everything but the pod, installs grants for a fresh
-// ServiceAccount and starts the agent and the plugin.
-func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants []grant, watchList bool) *scenario {
+// scenarioOptions vary a scenario.
+type scenarioOptions struct {
+	// WatchList is the agent's WatchListClient gate (agentConfig).
+	WatchList bool
+	// Bootstrap starts the agent without a Node certificate: it asks for
+	// one with its ServiceAccount token, and someone (the test, the
+	// approver) must approve and sign it before the agent can go on.
+	// Without it the agent starts with a certificate already issued.
+	Bootstrap bool
+}
+
+// newScenario creates everything but the pod, installs grants for the
+// agent's ServiceAccount (in the test's namespace: the manifests' subject
+// csi-volmgr/csi-volmgr moved there), makes its pod-bound token and starts
+// the agent and the plugin.
+func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants []grant, o scenarioOptions) *scenario {
 	t.Helper()
 	f := env.NewFixture(t)
-	sa := corev1.ObjectReference{Namespace: f.Namespace, Name: agentName}
-	installGrants(t, env, inNamespace(grants, f.Namespace), f.Namespace, sa.Namespace, sa.Name)
+	installGrants(t, env, grants, f.Namespace, f.Namespace, agentName)
 	s := &scenario{
 		t: t, env: env, f: f,
-		User:   env.ImpersonateServiceAccount(sa.Namespace, sa.Name).Impersonate.UserName,
-		Driver: "d" + utilrand.String(6) + ".rbac.csi-volmgr.io",
-		PVName: "pv-" + f.Namespace,
+		Host:          f.NodeName,
+		BootstrapUser: "system:serviceaccount:" + f.Namespace + ":" + agentName,
+		Driver:        "d" + utilrand.String(6) + ".rbac.csi-volmgr.io",
+		PVName:        "pv-" + f.Namespace,
 	}
 	s.registerNode = slices.Contains(agent.Args, "--register-node")
+	name, ok := flagValue(agent.Args, "node-name")
+	if !ok || !strings.Contains(name, "$(NODE_NAME)") {
+		t.Fatalf("the DaemonSet's --node-name=%q is not named after its host", name)
+	}
+	s.Node = strings.ReplaceAll(name, "$(NODE_NAME)", s.Host)
+	s.User = "system:node:" + s.Node
+	s.AgentPod, s.agentToken = agentPodToken(t, f.Client, f.Namespace, s.Host)
 
 	dir := agentDir(t)
 	for _, d := range []string{"root", "reg"} {
@@ -96,11 +128,10 @@ func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants
 	}
 	caps := plugin.Capabilities{StageUnstage: true, Expand: true}
 	s.Plugin = plugintest.Start(t, plugintest.Options{
-		Name: s.Driver, NodeID: f.NodeName, Capabilities: &caps, RegistrationDir: filepath.Join(dir, "reg"),
+		Name: s.Driver, NodeID: s.Node, Capabilities: &caps, RegistrationDir: filepath.Join(dir, "reg"),
 	})
 	if !s.registerNode {
-		// Without --register-node the Node is someone else's to create.
-		f.CreateNode(t)
+		t.Fatal("the DaemonSet has no --register-node: nothing would create the agent's Node")
 	}
 	s.createObjects()
 	if err := s.Plugin.SetFaults(plugin.FaultRule{
@@ -108,10 +139,48 @@ func newScenario(t *testing.T, env *k8stest.Env, agent *corev1.Container, grants
 	}); err != nil {
 		t.Fatal(err)
 	}
+	var cert []byte
+	if !o.Bootstrap {
+		cert = nodeCertificate(t, env, s.Node)
+	}
 	s.agent = startAgent(t, agentConfig{
-		Container: agent, Env: env, ServiceAccount: sa, NodeName: f.NodeName, Dir: dir, WatchList: watchList,
+		Container: agent, Env: env, Host: s.Host, BootstrapToken: s.agentToken, NodeCertificate: cert,
+		Dir: dir, WatchList: o.WatchList,
 	})
+	if s.agent.NodeName != s.Node {
+		t.Fatalf("the agent serves %s, want %s", s.agent.NodeName, s.Node)
+	}
 	return s
+}
+
+// agentPodToken creates the agent's ServiceAccount in ns and the
+// DaemonSet's pod on host, and returns the pod and a token of the
+// ServiceAccount bound to it: what the kubelet mounts into that pod, with
+// the pod's node in its claims (the approver's proof of which host asks).
+func agentPodToken(t *testing.T, c kubernetes.Interface, ns, host string) (*corev1.Pod, string) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the agent's ServiceAccount: %v", err)
+	}
+	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: agentName + "-" + utilrand.String(5)},
+		Spec: corev1.PodSpec{
+			NodeName: host, ServiceAccountName: agentName, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: agentName, Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the agent's pod: %v", err)
+	}
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, agentName, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To(int64(3600)),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the agent pod's token: %v", err)
+	}
+	return pod, tr.Status.Token
 }
 
 // createObjects creates, as the cluster's controllers and users would, the
@@ -150,26 +219,29 @@ func (s *scenario) createObjects() {
 
 	// Left behind by an earlier Node of the same name: the agent replaces it.
 	_, err = c.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: s.f.NodeName, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "Node", Name: s.f.NodeName, UID: types.UID("00000000-0000-0000-0000-00000000dead"),
+		ObjectMeta: metav1.ObjectMeta{Name: s.Node, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Node", Name: s.Node, UID: types.UID("00000000-0000-0000-0000-00000000dead"),
 		}}},
 		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{}},
 	}, metav1.CreateOptions{})
 	must("stale CSINode", err)
 	t.Cleanup(func() {
 		ctx := cleanupContext(t)
-		ignoreNotFound(t, c.StorageV1().CSINodes().Delete(ctx, s.f.NodeName, metav1.DeleteOptions{}))
-		ignoreNotFound(t, c.CoreV1().Nodes().Delete(ctx, s.f.NodeName, metav1.DeleteOptions{}))
-		ignoreNotFound(t, c.CoordinationV1().Leases(nodeLeaseNamespace).Delete(ctx, s.f.NodeName, metav1.DeleteOptions{}))
+		ignoreNotFound(t, c.StorageV1().CSINodes().Delete(ctx, s.Node, metav1.DeleteOptions{}))
+		ignoreNotFound(t, c.CoreV1().Nodes().Delete(ctx, s.Node, metav1.DeleteOptions{}))
+		ignoreNotFound(t, c.CoordinationV1().Leases(nodeLeaseNamespace).Delete(ctx, s.Node, metav1.DeleteOptions{}))
 	})
 
 	s.Handle = s.createVolume()
 }
 
-// createClaim creates the pod's PVC (pre-bound to its PV) once the pod's
-// condition says it is missing, binds it, and creates the PV once the
-// condition says that is missing: the agent looks for each before it
-// exists, and waits for it.
+// createClaim creates the pod's PVC once the pod's condition says it is
+// missing (the agent may read a claim of its pod that does not exist yet:
+// the Node authorizer allows it, and answers Not Found), and binds it to
+// its PV as the PV controller does: the claim names the volume, the volume
+// is created with the claim's reference, and only then is the claim Bound.
+// So the agent never asks for a PV before it exists, which the Node
+// authorizer, knowing no relationship to it yet, would forbid.
 func (s *scenario) createClaim(ctx context.Context) error {
 	t, c, ns := s.t, s.f.Client, s.f.Namespace
 	if err := s.waitMessage(ctx, `PVC "`+ns+`/data" not found`); err != nil {
@@ -187,15 +259,6 @@ func (s *scenario) createClaim(ctx context.Context) error {
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating the PVC: %w", err)
-	}
-	pvc.Status = corev1.PersistentVolumeClaimStatus{
-		Phase: corev1.ClaimBound, AccessModes: pvc.Spec.AccessModes, Capacity: corev1.ResourceList{corev1.ResourceStorage: size},
-	}
-	if _, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("binding the PVC: %w", err)
-	}
-	if err := s.waitMessage(ctx, `PV "`+s.PVName+`" of PVC "`+ns+`/data" not found`); err != nil {
-		return err
 	}
 	_, err = c.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: s.PVName},
@@ -216,6 +279,12 @@ func (s *scenario) createClaim(ctx context.Context) error {
 	t.Cleanup(func() {
 		ignoreNotFound(t, c.CoreV1().PersistentVolumes().Delete(cleanupContext(t), s.PVName, metav1.DeleteOptions{}))
 	})
+	pvc.Status = corev1.PersistentVolumeClaimStatus{
+		Phase: corev1.ClaimBound, AccessModes: pvc.Spec.AccessModes, Capacity: corev1.ResourceList{corev1.ResourceStorage: size},
+	}
+	if _, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("binding the PVC: %w", err)
+	}
 	return nil
 }
 
@@ -240,17 +309,17 @@ func (s *scenario) waitMessage(ctx context.Context, part string) error {
 
 // attachWhenInUse does what the attach/detach controller and the external
 // attacher do: once the Node reports the volume in use, it creates the
-// VolumeAttachment and marks it attached. The agent watches the
-// VolumeAttachment from before it exists: it is created only once the
-// pod's condition says the agent found it missing (so that the RBAC test
-// sees the LIST that starts that watch needed; when the agent's first read
-// came after the creation, no LIST was made and "list volumeattachments"
-// looked unneeded).
+// VolumeAttachment and marks it attached. The agent looks for the
+// VolumeAttachment before it exists, as it does in a cluster (the
+// attach/detach controller creates it after the pod is scheduled): the Node
+// authorizer forbids reading an attachment it knows no relationship of,
+// which the agent takes as missing; it is created only once the pod's
+// condition says so.
 func (s *scenario) attachWhenInUse(ctx context.Context) error {
 	t, c := s.t, s.f.Client
 	want := corev1.UniqueVolumeName(volume.PersistentName(s.Driver, s.Handle))
 	err := s.eventually(ctx, func(ctx context.Context) error {
-		node, err := c.CoreV1().Nodes().Get(ctx, s.f.NodeName, metav1.GetOptions{})
+		node, err := c.CoreV1().Nodes().Get(ctx, s.Node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -262,14 +331,14 @@ func (s *scenario) attachWhenInUse(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("waiting for the volume in use: %w", err)
 	}
-	vaName := volume.AttachmentName(s.Handle, s.Driver, s.f.NodeName)
+	vaName := volume.AttachmentName(s.Handle, s.Driver, s.Node)
 	if err := s.waitMessage(ctx, "VolumeAttachment "+vaName+" does not exist"); err != nil {
 		return err
 	}
 	va, err := c.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: vaName},
 		Spec: storagev1.VolumeAttachmentSpec{
-			Attacher: s.Driver, NodeName: s.f.NodeName,
+			Attacher: s.Driver, NodeName: s.Node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &s.PVName},
 		},
 	}, metav1.CreateOptions{})
@@ -342,7 +411,7 @@ func (s *scenario) nodeRegistered(ctx context.Context) error {
 	}
 	c := s.f.Client
 	return s.eventually(ctx, func(ctx context.Context) error {
-		node, err := c.CoreV1().Nodes().Get(ctx, s.f.NodeName, metav1.GetOptions{})
+		node, err := c.CoreV1().Nodes().Get(ctx, s.Node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -350,7 +419,7 @@ func (s *scenario) nodeRegistered(ctx context.Context) error {
 			return fmt.Errorf("Node annotations %v lack %s=true", node.Annotations, annotationControllerManaged)
 		}
 		var lease *coordinationv1.Lease
-		if lease, err = c.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, s.f.NodeName, metav1.GetOptions{}); err != nil {
+		if lease, err = c.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, s.Node, metav1.GetOptions{}); err != nil {
 			return err
 		}
 		if lease.Spec.RenewTime == nil {
@@ -368,7 +437,7 @@ func (s *scenario) leaseRenewed(ctx context.Context) error {
 		return nil
 	}
 	return s.eventually(ctx, func(ctx context.Context) error {
-		lease, err := s.f.Client.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, s.f.NodeName, metav1.GetOptions{})
+		lease, err := s.f.Client.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, s.Node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -390,7 +459,7 @@ func (s *scenario) podPublished(ctx context.Context) error {
 	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "app"},
 		Spec: corev1.PodSpec{
-			NodeName:                     s.f.NodeName,
+			NodeName:                     s.Node,
 			ServiceAccountName:           "default",
 			AutomountServiceAccountToken: ptr.To(false),
 			Tolerations:                  []corev1.Toleration{{Key: "csi-volmgr.io/virtual", Operator: corev1.TolerationOpExists}},
@@ -434,7 +503,7 @@ func (s *scenario) podPublished(ctx context.Context) error {
 		} else if !mounted {
 			return fmt.Errorf("target %s is not a mount point", target)
 		}
-		node, err := c.CoreV1().Nodes().Get(ctx, s.f.NodeName, metav1.GetOptions{})
+		node, err := c.CoreV1().Nodes().Get(ctx, s.Node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -547,7 +616,7 @@ func (s *scenario) driverRemoved(ctx context.Context) error {
 		return err
 	}
 	return s.eventually(ctx, func(ctx context.Context) error {
-		csiNode, err := s.f.Client.StorageV1().CSINodes().Get(ctx, s.f.NodeName, metav1.GetOptions{})
+		csiNode, err := s.f.Client.StorageV1().CSINodes().Get(ctx, s.Node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app"
 	"github.com/csi-volmgr/csi-volmgr/cmd/csi-volmgr/app/config"
@@ -133,6 +135,37 @@ func TestSystemdUnit(t *testing.T) {
 	if !filepath.IsAbs(c.RootDir) || !filepath.IsAbs(c.Kubeconfig) {
 		t.Errorf("rootDir %q and kubeconfig %q must be absolute paths", c.RootDir, c.Kubeconfig)
 	}
+	// The agent acts as its Node, bootstrapped with the kubeconfig that
+	// bootstrap-token.sh writes for that Node, and keeps its certificate on
+	// the host's disk.
+	if !c.NodeIdentity {
+		t.Error("nodeIdentity is off: the agent would act as the kubeconfig's user, whose rights root on the host would hold")
+	}
+	if !strings.Contains(string(data), "install -D -m 0600 bootstrap-kubeconfig "+c.Kubeconfig) {
+		t.Errorf("the unit's install steps do not put the bootstrap kubeconfig at %s", c.Kubeconfig)
+	}
+	if c.CertDir != "" && !filepath.IsAbs(c.CertDir) {
+		t.Errorf("certDir %q must be an absolute path", c.CertDir)
+	}
+	if !strings.HasPrefix(c.NodeName, approverNodeNamePrefix(t)) || !bootstrapNodeName.MatchString(c.NodeName) {
+		t.Errorf("nodeName %q: the approver approves a bootstrap token's request only for a Node named %s... without dots", c.NodeName, approverNodeNamePrefix(t))
+	}
+}
+
+// bootstrapNodeName is a Node name a bootstrap token's group can carry
+// (system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]) and bootstrap-token.sh
+// accepts.
+var bootstrapNodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// approverNodeNamePrefix is deploy/base's approver's --node-name-prefix.
+func approverNodeNamePrefix(tb testing.TB) string {
+	tb.Helper()
+	dep := convert[appsv1.Deployment](tb, find(tb, render(tb, "base"), "Deployment", agentNamespace, approverName))
+	prefix, ok := flagValue(dep.Spec.Template.Spec.Containers[0].Args, "node-name-prefix")
+	if !ok {
+		tb.Fatal("the approver has no --node-name-prefix")
+	}
+	return prefix
 }
 
 // TestSystemdAnalyzeVerify runs `systemd-analyze verify` on the unit, with

@@ -33,10 +33,9 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) []error {
 }
 
 // TestChartDryRun applies the objects helm template renders, with the
-// default values, with every option set and with deploy/namespaced-secrets'
-// values, to a real kube-apiserver with a server-side dry-run: each is
-// decoded, defaulted, validated and admitted as `helm install` would have
-// it.
+// default values and with every option set, to a real kube-apiserver with a
+// server-side dry-run: each is decoded, defaulted, validated and admitted as
+// `helm install` would have it.
 func TestChartDryRun(t *testing.T) {
 	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {

@@ -106,20 +106,9 @@ func TestChartDefaultsMatchBase(t *testing.T) {
 	t.Logf("%d objects equal", len(got))
 }
 
-// TestChartNamespacedSecretsMatchOverlay shows that secrets.clusterWide=false
-// with the namespace "workloads" renders deploy/namespaced-secrets.
-func TestChartNamespacedSecretsMatchOverlay(t *testing.T) {
-	want := withoutNamespace(t, kustomize(t, "namespaced-secrets"), releaseNamespace)
-	got := withoutHelmLabels(t, renderChart(t, values(t, namespacedSecrets)))
-	if diffs := diffObjects(want, got); len(diffs) != 0 {
-		t.Fatalf("the chart with %s differs from deploy/namespaced-secrets:\n%s", namespacedSecrets, strings.Join(diffs, "\n"))
-	}
-	t.Logf("%d objects equal", len(got))
-}
-
 // TestDiffObjectsFindsDifferences shows that the comparison fires: a changed
-// flag, a removed rule, a missing and an extra object, and a label outside
-// helmLabels are each reported.
+// or missing flag of the agent or of the approver, a changed node selector,
+// an extra object, and a label outside helmLabels are each reported.
 func TestDiffObjectsFindsDifferences(t *testing.T) {
 	base := withoutNamespace(t, kustomize(t, "base"), releaseNamespace)
 	for _, tc := range []struct {
@@ -128,8 +117,10 @@ func TestDiffObjectsFindsDifferences(t *testing.T) {
 		edit       func(objs []*unstructured.Unstructured) []*unstructured.Unstructured
 	}{
 		{name: "verbosity", vals: "verbosity: 5", want: "--v=5"},
-		{name: "secrets rule", vals: "secrets: {clusterWide: false}", want: `"secrets"`},
-		{name: "no register-node", vals: "registerNode: false", want: "missing rbac.authorization.k8s.io/ClusterRole /csi-volmgr-register-node"},
+		{name: "no register-node", vals: "registerNode: false", want: "--register-node"},
+		{name: "approver's node name prefix", vals: "nodeName: edge-$(NODE_NAME)", want: "--node-name-prefix=edge-"},
+		{name: "approver's hosts", vals: `csrApprover: {nodeSelector: {example.com/trusted: "yes"}}`, want: "example.com/trusted"},
+		{name: "approver kept off another agent host label", vals: `nodeSelector: {example.com/edge: "yes"}`, want: "example.com/edge"},
 		{name: "runtime API binding", vals: "runtimeAPI: {subjects: [{kind: User, name: alice}]}", want: "extra rbac.authorization.k8s.io/ClusterRoleBinding /csi-volmgr-runtime-api"},
 		{name: "label", want: "example.com/extra", edit: func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
 			o := objs[0]

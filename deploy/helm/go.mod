@@ -1,8 +1,8 @@
 // Module helm holds the tests of the Helm chart csi-volmgr/: helm lint and
 // helm template through Helm's Go SDK, a server-side dry-run of the rendered
 // objects on a real kube-apiserver, and the chart's equivalence with the
-// kustomizations deploy/base and deploy/namespaced-secrets. It is a separate
-// module so that csi-volmgr itself never links Helm; `make test-helm` runs it.
+// kustomization deploy/base. It is a separate module so that csi-volmgr
+// itself never links Helm; `make test-helm` runs it.
 module github.com/csi-volmgr/csi-volmgr/deploy/helm
 
 go 1.26.0

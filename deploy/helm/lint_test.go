@@ -16,8 +16,8 @@ func lint(vals map[string]any) []error {
 	return l.Run([]string{chartDir}, vals).Errors
 }
 
-// TestChartLint runs helm lint --strict with the default values, with every
-// option set and with deploy/namespaced-secrets' values.
+// TestChartLint runs helm lint --strict with the default values and with
+// every option set.
 func TestChartLint(t *testing.T) {
 	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {

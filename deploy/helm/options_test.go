@@ -44,7 +44,7 @@ func TestChartOptions(t *testing.T) {
 		t.Errorf("tolerations (-want +got):\n%s", d)
 	}
 	wantArgs := []string{
-		"run", "--node-name=edge-$(NODE_NAME)", "--root-dir=/srv/csi-volmgr", "--registration-dir=/registration",
+		"run", "--node-name=edge-$(NODE_NAME)", "--node-identity", "--root-dir=/srv/csi-volmgr", "--registration-dir=/registration",
 		"--http-endpoint=:9810", "--v=4", "--logging-format=json", "--expected-drivers=hostpath.csi.k8s.io",
 	}
 	if d := cmp.Diff(wantArgs, c.Args); d != "" {
@@ -85,36 +85,69 @@ func TestChartOptions(t *testing.T) {
 		}
 	}
 
-	// registerNode: false leaves out the flag (above) and its grants.
+	// registerNode: false leaves out the flag (above); the agent acts as
+	// its Node either way, with no grant but the bootstrap binding of its
+	// ServiceAccount.
+	crb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-bootstrap"))
+	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: releaseNamespace}}
+	if crb.RoleRef.Name != "system:node-bootstrapper" || !slices.Equal(crb.Subjects, wantSubj) {
+		t.Errorf("bootstrap binding: %v %v", crb.RoleRef, crb.Subjects)
+	}
 	for _, o := range objs {
-		if strings.Contains(o.GetName(), "register-node") || strings.Contains(o.GetName(), "node-lease") {
-			t.Errorf("registerNode=false renders %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		if (o.GetKind() == "ClusterRole" || o.GetKind() == "Role") && !strings.HasSuffix(o.GetName(), "-runtime-api") && !strings.HasSuffix(o.GetName(), "-csr-approver") {
+			t.Errorf("%s %s/%s: the agent acts as its Node and needs no role of its own", o.GetKind(), o.GetNamespace(), o.GetName())
 		}
 	}
-	// secrets: no cluster-wide rule, a Role per namespace.
-	cr := k8stest.Convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", "", name))
-	for _, r := range cr.Rules {
-		if slices.Contains(r.Resources, "secrets") {
-			t.Errorf("secrets.clusterWide=false keeps the rule %v", r)
-		}
+
+	// csrApprover: the approver of the agents' certificates for the
+	// prefix of nodeName, the release's ServiceAccount, on the hosts of
+	// csrApprover.nodeSelector and off those of nodeSelector.
+	dep := k8stest.Convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", releaseNamespace, name+"-csr-approver"))
+	aspec := dep.Spec.Template.Spec
+	ac := aspec.Containers[0]
+	wantApproverArgs := []string{
+		"approve-node-csrs", "--node-name-prefix=edge-", "--agent-service-account=" + releaseNamespace + "/" + name,
+		"--bootstrap-group-prefix=system:bootstrappers:csi-volmgr:", "--health-endpoint=:9810", "--v=4", "--logging-format=json",
 	}
-	for ns, names := range map[string][]string{"workloads": {"db-credentials"}, "tenants": nil} {
-		role := k8stest.Convert[rbacv1.Role](t, mustFind(t, objs, "Role", ns, name+"-secrets"))
-		want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: names}}
-		if d := cmp.Diff(want, role.Rules); d != "" {
-			t.Errorf("Role %s/%s-secrets (-want +got):\n%s", ns, name, d)
-		}
-		rb := k8stest.Convert[rbacv1.RoleBinding](t, mustFind(t, objs, "RoleBinding", ns, name+"-secrets"))
-		wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: releaseNamespace}}
-		if rb.RoleRef.Name != name+"-secrets" || !slices.Equal(rb.Subjects, wantSubj) {
-			t.Errorf("RoleBinding %s/%s-secrets: %v %v", ns, name, rb.RoleRef, rb.Subjects)
-		}
+	if d := cmp.Diff(wantApproverArgs, ac.Args); d != "" {
+		t.Errorf("approver args (-want +got):\n%s", d)
 	}
+	if ac.Image != c.Image || ac.ImagePullPolicy != corev1.PullAlways || !slices.Equal(aspec.ImagePullSecrets, spec.ImagePullSecrets) {
+		t.Errorf("approver image %s (%s), pull secrets %v: want the agent's", ac.Image, ac.ImagePullPolicy, aspec.ImagePullSecrets)
+	}
+	if want := map[string]string{"example.com/trusted": "yes"}; !maps.Equal(aspec.NodeSelector, want) {
+		t.Errorf("csrApprover.nodeSelector: %v, want %v", aspec.NodeSelector, want)
+	}
+	wantATol := []corev1.Toleration{{Key: "example.com/trusted", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	if d := cmp.Diff(wantATol, aspec.Tolerations); d != "" {
+		t.Errorf("csrApprover.tolerations (-want +got):\n%s", d)
+	}
+	wantARes := corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")}}
+	if !equality(ac.Resources, wantARes) {
+		t.Errorf("csrApprover.resources: %v, want %v", ac.Resources, wantARes)
+	}
+	// Off every agent host: a term per key of the agents' nodeSelector,
+	// so that a host matching all of them matches no term.
+	var terms []corev1.NodeSelectorTerm
+	for _, k := range slices.Sorted(maps.Keys(wantSelector)) {
+		terms = append(terms, corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: []string{wantSelector[k]},
+		}}})
+	}
+	if a := aspec.Affinity; a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Errorf("approver affinity %+v: want it kept off the agents' hosts", a)
+	} else if d := cmp.Diff(terms, a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms); d != "" {
+		t.Errorf("approver node affinity (-want +got):\n%s", d)
+	}
+	acrb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-csr-approver"))
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name + "-csr-approver", Namespace: releaseNamespace}}; acrb.RoleRef.Name != name+"-csr-approver" || !slices.Equal(acrb.Subjects, want) {
+		t.Errorf("approver binding: %v %v", acrb.RoleRef, acrb.Subjects)
+	}
+
 	// runtimeAPI.subjects: bound to the runtime API's ClusterRole.
-	crb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-runtime-api"))
-	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runtime", Namespace: "runtime"}}
-	if crb.RoleRef.Name != name+"-runtime-api" || !slices.Equal(crb.Subjects, wantSubj) {
-		t.Errorf("runtime API binding: %v %v", crb.RoleRef, crb.Subjects)
+	rcrb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-runtime-api"))
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runtime", Namespace: "runtime"}}; rcrb.RoleRef.Name != name+"-runtime-api" || !slices.Equal(rcrb.Subjects, want) {
+		t.Errorf("runtime API binding: %v %v", rcrb.RoleRef, rcrb.Subjects)
 	}
 }
 
@@ -170,8 +203,11 @@ func TestChartRejects(t *testing.T) {
 		"logFormat: yaml":                                  "'/logFormat'",
 		"extraArgs: [run]":                                 "'/extraArgs/0'",
 		"image: {repository: \"\"}":                        "'/image/repository'",
-		"secrets: {clusterWide: \"no\"}":                   "'/secrets/clusterWide'",
-		"secrets: {namespaces: [{namespace: a}]}":          "set secrets.clusterWide=false",
+		"nodeName: csi-volmgr-edge":                        "must end with $(NODE_NAME)",
+		"nodeName: $(NODE_NAME)":                           "is the host's own Node",
+		"nodeSelector: {csi-volmgr.io/agent-host: null}":   "nodeSelector is empty",
+		"csrApprover: {replicas: 2}":                       "'replicas' not allowed",
+		"csrApprover: {nodeSelector: {a: 1}}":              "'/csrApprover/nodeSelector/a'",
 		"runtimeAPI: {subjects: [{kind: Robot, name: r}]}": "'/runtimeAPI/subjects/0/kind'",
 	} {
 		t.Run(vals, func(t *testing.T) {

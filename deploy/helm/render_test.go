@@ -43,12 +43,11 @@ registrationDir: /srv/registry
 http: {expose: true, port: 9810}
 runtimeAPI:
   subjects: [{kind: ServiceAccount, name: runtime, namespace: runtime}]
-secrets:
-  clusterWide: false
-  namespaces:
-    - namespace: workloads
-      resourceNames: [db-credentials]
-    - namespace: tenants
+csrApprover:
+  nodeSelector: {node-role.kubernetes.io/control-plane: null, example.com/trusted: "yes"}
+  tolerations: [{key: example.com/trusted, operator: Exists, effect: NoSchedule}]
+  resources:
+    requests: {cpu: 5m, memory: 16Mi}
 resources:
   requests: {cpu: 50m, memory: 128Mi}
   limits: {memory: 256Mi}
@@ -57,19 +56,10 @@ logFormat: json
 extraArgs: [--expected-drivers=hostpath.csi.k8s.io]
 `
 
-// namespacedSecrets is deploy/namespaced-secrets as values: the Secrets of
-// namespace "workloads" only.
-const namespacedSecrets = `
-secrets:
-  clusterWide: false
-  namespaces: [{namespace: workloads}]
-`
-
 // valueSets are the values that lint, render and dry-run are tried with.
 var valueSets = map[string]string{
-	"defaults":           "",
-	"all options":        allOptions,
-	"namespaced secrets": namespacedSecrets,
+	"defaults":    "",
+	"all options": allOptions,
 }
 
 // values parses a values file's content.

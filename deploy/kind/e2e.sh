@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end check under kind (after up.sh): two pods of one StorageClass,
-# one on the virtual node csi-volmgr-virtual, whose volume csi-volmgr stages
+# one on the virtual node csi-volmgr-<host>, whose volume csi-volmgr stages
 # and publishes, and one on the kind worker next to it, whose kubelet does;
 # both volumes come from the CSI test plugin through the real
 # external-provisioner, attach/detach controller and external-attacher.
 #
+#  0. the agent's identity: its ServiceAccount's one CSR was approved by
+#     csi-volmgr-csr-approver and signed, the ServiceAccount can do nothing
+#     but ask for it, and the agent, as system:node:<virtual node>, is held
+#     to its own Node's objects;
 #  1. apply deploy/kind/example (StorageClass, two PVCs, two pods);
 #  2. wait for the pod condition csi-volmgr.io/VolumesReady=True of the
 #     virtual node's pod, and for the kubelet node's pod to be Ready;
@@ -50,6 +54,29 @@ attachment() {
 	out=$(k get volumeattachments -o jsonpath="{range .items[?(@.spec.source.persistentVolumeName==\"$1\")]}{.spec.nodeName}={.status.attached} {.status.attachmentMetadata.devicePath}{end}") || return 1
 	printf '%s' "$out"
 }
+
+log "0. the agent acts as system:node:$VIRTUAL_NODE"
+agent_sa=system:serviceaccount:$NAMESPACE:csi-volmgr
+issued=$(k get csr -o jsonpath="{range .items[?(@.spec.username==\"$agent_sa\")]}{.status.conditions[?(@.type==\"Approved\")].reason} {.status.certificate}{\"\\n\"}{end}" |
+	awk '$1 == "CSIVolmgrApprove" && $2 != "" {n++} END {print n + 0}')
+((issued >= 1)) || fail "no CSR of $agent_sa approved by csi-volmgr-csr-approver (reason CSIVolmgrApprove) and signed"
+# can_i prints kubectl auth can-i's yes or no (its exit code is 1 for no).
+can_i() { k auth can-i "$@" 2>/dev/null || true; }
+[[ "$(can_i create certificatesigningrequests --as="$agent_sa")" == yes ]] ||
+	fail "$agent_sa may not create the CSR of its Node's certificate"
+for denied in "create serviceaccounts --subresource=token -n kube-system" "get secrets -n kube-system" \
+	"create certificatesigningrequests --subresource=nodeclient" "patch nodes" "delete pods -n default" \
+	"update leases -n kube-node-lease"; do
+	# shellcheck disable=SC2086 # the words are kubectl's arguments
+	[[ "$(can_i $denied --as="$agent_sa")" == no ]] || fail "$agent_sa may $denied"
+done
+as_node=(--as="system:node:$VIRTUAL_NODE" --as-group=system:nodes)
+[[ "$(can_i get "node/$VIRTUAL_NODE" "${as_node[@]}")" == yes ]] || fail "system:node:$VIRTUAL_NODE may not read its own Node"
+for denied in "get node/$AGENT_HOST" "get secrets -n kube-system" "create serviceaccounts --subresource=token -n kube-system" \
+	"update lease/$AGENT_HOST -n kube-node-lease" "list pods -A"; do
+	# shellcheck disable=SC2086 # the words are kubectl's arguments
+	[[ "$(can_i $denied "${as_node[@]}")" == no ]] || fail "system:node:$VIRTUAL_NODE may $denied"
+done
 
 log "1. applying the example workloads"
 k delete pod "$POD" "$KPOD" --ignore-not-found --wait=true --timeout="$TIMEOUT"

@@ -45,7 +45,6 @@ deploy/kind/runtime)
 	;;
 esac
 NAMESPACE=csi-volmgr
-VIRTUAL_NODE=csi-volmgr-virtual
 # Only pods that tolerate it are scheduled to the virtual node: the agent
 # registers the Node with it (--node-taints of kind/virtual-node), the
 # example runtime with its --taint.
@@ -54,6 +53,9 @@ DRIVER=testplugin.csi-volmgr.io
 # The kind worker that hosts the agent and the plugin, and whose own kubelet
 # serves the second example pod.
 AGENT_HOST=$CLUSTER-worker
+# The virtual node the agent on AGENT_HOST serves, and acts on the API
+# server as (system:node:$VIRTUAL_NODE): deploy/base's csi-volmgr-<host>.
+VIRTUAL_NODE=csi-volmgr-$AGENT_HOST
 ROOT_DIR=/var/lib/csi-volmgr
 
 k() { "$KUBECTL" --context "kind-$CLUSTER" "$@"; }
@@ -80,9 +82,11 @@ dump() {
 	k get csinode "$VIRTUAL_NODE" -o yaml || true
 	k get pods -A -o wide || true
 	k get pvc,pv,volumeattachments -A || true
+	k get csr -o wide || true
 	k get events -A --sort-by=.lastTimestamp | tail -n 40 || true
 	k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr drivers || true
 	k -n "$NAMESPACE" exec ds/csi-volmgr -- /csi-volmgr status || true
 	k -n "$NAMESPACE" logs ds/csi-volmgr --tail=200 || true
 	k -n "$NAMESPACE" logs statefulset/csi-testplugin --all-containers --tail=100 || true
+	k -n "$NAMESPACE" logs deployment/csi-volmgr-csr-approver --tail=50 || true
 }

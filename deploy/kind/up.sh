@@ -3,8 +3,9 @@
 # that `make kind-image` builds (unless the cluster exists), loads the
 # agent's image and the other images deploy/kind uses into it and deploys
 # deploy/kind (or KIND_OVERLAY=deploy/kind/runtime, the example runtime
-# embedding the agent): csi-volmgr serving the virtual node csi-volmgr-virtual, and
-# the CSI test plugin with its sidecars. Returns once the virtual Node is
+# embedding the agent): csi-volmgr serving the virtual node csi-volmgr-<host>
+# as that Node (its certificate approved by csi-volmgr-csr-approver), and the
+# CSI test plugin with its sidecars. Returns once the virtual Node is
 # registered and the driver is published in its CSINode and in the worker's.
 #
 #   make kind-up     (builds the images, `make images-load` puts ours into
@@ -35,9 +36,16 @@ log "loading $KIND_IMAGE and ${LOAD_IMAGES[*]}"
 "$KIND" load docker-image --name "$CLUSTER" "$KIND_IMAGE" "${LOAD_IMAGES[@]}"
 
 log "deploying $OVERLAY"
+# What deploy/ created before the agent acted as its Node, and no longer
+# ships: the ServiceAccount's cluster-wide grants. kubectl apply does not
+# remove them, and left in place they would keep every right the agent
+# gave up.
+k delete clusterrolebinding,clusterrole csi-volmgr csi-volmgr-register-node --ignore-not-found
+k -n kube-node-lease delete rolebinding,role csi-volmgr-node-lease --ignore-not-found
 "$KUBECTL" kustomize "$OVERLAY" | k apply --server-side -f -
 # A reloaded image under the same tag needs new pods.
-k -n "$NAMESPACE" rollout restart daemonset/csi-volmgr statefulset/csi-testplugin
+k -n "$NAMESPACE" rollout restart daemonset/csi-volmgr statefulset/csi-testplugin deployment/csi-volmgr-csr-approver
+k -n "$NAMESPACE" rollout status deployment/csi-volmgr-csr-approver --timeout="$TIMEOUT"
 k -n "$NAMESPACE" rollout status daemonset/csi-volmgr --timeout="$TIMEOUT"
 k -n "$NAMESPACE" rollout status statefulset/csi-testplugin --timeout="$TIMEOUT"
 

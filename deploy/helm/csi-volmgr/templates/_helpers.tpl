@@ -69,3 +69,25 @@ the root directory, which holds the API socket (the agent refuses it too).
 {{- end }}
 {{- $dir }}
 {{- end }}
+
+{{/*
+The prefix of the agents' Node names: nodeName is <prefix>$(NODE_NAME), and
+the approver approves system:node:<prefix><host> for the agent on <host>.
+Rendering fails for any other nodeName: no agent would get a certificate.
+*/}}
+{{- define "csi-volmgr.nodeNamePrefix" -}}
+{{- if not (hasSuffix "$(NODE_NAME)" .Values.nodeName) }}
+{{- fail (printf "nodeName %q must end with $(NODE_NAME): csi-volmgr-csr-approver approves system:node:<prefix><host> for the agent on <host>, and nothing else" .Values.nodeName) }}
+{{- end }}
+{{- $prefix := trimSuffix "$(NODE_NAME)" .Values.nodeName }}
+{{- if not $prefix }}
+{{- fail "nodeName $(NODE_NAME) is the host's own Node, the kubelet's: give it a prefix, e.g. csi-volmgr-$(NODE_NAME)" }}
+{{- end }}
+{{- $prefix }}
+{{- end }}
+
+{{/* The labels that select the CSR approver's pod. */}}
+{{- define "csi-volmgr.approverSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "csi-volmgr.name" . }}
+app.kubernetes.io/component: csr-approver
+{{- end }}
