@@ -73,7 +73,7 @@ fmt-check: ## Fail if any Go file is not gofmt-clean.
 .PHONY: vet
 vet: ## go vet every package.
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./test/cluster/...
+	$(GO) vet -tags e2e ./test/cluster/... ./test/identity/...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint (config in .golangci.yml).
@@ -139,7 +139,7 @@ $(K8S_BIN)/csi-attacher:
 
 .PHONY: e2e
 e2e: e2e-bins ## The example virtual-kubelet runtime with csi-volmgr on kube-apiserver, kube-controller-manager, kube-scheduler and the external-attacher (test/cluster).
-	$(GO) test -tags e2e $(TESTFLAGS) ./test/cluster/...
+	$(GO) test -tags e2e $(TESTFLAGS) ./test/cluster/... ./test/identity/...
 
 .PHONY: e2e-bench
 e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: created→Running p50/p99 and its parts, delete→detached p50.
