@@ -34,7 +34,8 @@ func init() {
 // agentKind is one of the agents the benchmarks compare: how to build and
 // start it. Both run as processes of their own with flags only, each on a
 // root directory of its own below the same file system, the same API
-// server (admin credentials) and Node, and the same plugin.
+// server and Node, as the same identity (EnvIdentity: admin, or the
+// Node's), and the same plugin.
 type agentKind struct {
 	// name is how the table names it; short is the prefix of its
 	// ReportMetric units.
@@ -137,10 +138,7 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, col *column, run i
 		tb.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	kc := w.fx.Env.KubeConfig
-	if w.agentKubeconfig != nil {
-		kc = w.agentKubeconfig
-	}
+	kc, identityArgs := w.agentAccess(tb, kind, a.root)
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -148,8 +146,9 @@ func startAgent(ctx context.Context, tb testing.TB, w *world, col *column, run i
 	if err != nil {
 		tb.Fatal(err)
 	}
+	args := append(kind.args(kubeconfig, w.fx.NodeName, a.root, a.regDir, addr), identityArgs...)
 	a.proc = &process{binary: bin, logFile: filepath.Join(dir, kind.short+".log"), httpAddr: addr,
-		args: append(kind.args(kubeconfig, w.fx.NodeName, a.root, a.regDir, addr), col.args...)}
+		args: append(args, col.args...)}
 	if kind.socket != nil {
 		a.proc.socket = kind.socket(a.root)
 	}

@@ -37,8 +37,8 @@ func BenchmarkAPICost(b *testing.B) {
 	foreign := intList(b, EnvForeign, []int{20000})[0]
 	book.setting("API cost foreign objects", foreign)
 	w := newWorld(b.Context(), b, worldOptions{driver: "apicost.kubelet-bench.csi-volmgr.io", volumes: apiPods})
-	proxy := startProxy(b, w.fx.Config)
-	w.agentKubeconfig = proxy.kubeconfig(b)
+	proxy := startProxy(b, w)
+	w.proxy = proxy
 	for range b.N {
 		proxy.take()
 		sideBySide(b.Context(), b, w, scenario{

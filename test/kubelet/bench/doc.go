@@ -66,6 +66,19 @@
 //     110 pods;
 //   - BenchmarkZZSummary: the whole table.
 //
+// KUBELET_BENCH_IDENTITY (admin) is who both agents are on the API server
+// (identity_test.go): admin, the API server's admin credentials under
+// RBAC; or node, each the kubelet of the world's Node (system:node:<Node>
+// in system:nodes) under --authorization-mode=Node,RBAC and NodeRestriction
+// — the kubelet with the Node's client certificate in its kubeconfig,
+// csi-volmgr with --node-identity and the same kind of certificate in its
+// --cert-dir (no CSR: the harness holds the API server's Node client
+// signer) — the world's own writes staying admin. The counting proxies then
+// serve TLS, authenticate the agent by its certificate and forward as the
+// same Node. Under node, the steady state has no watch-all column
+// (--settled-object-resync=0 watches, which the Node authorizer forbids);
+// results.json's settings name the identity ("agent identity").
+//
 // KUBELET_BENCH_RUNS (3) is the runs per row; KUBELET_BENCH_BUDGETS
 // (equal,defaults) the column sets; KUBELET_BENCH_AGENTS=csi-volmgr runs
 // one agent only, for work on it; KUBELET_BENCH_V sets both agents' -v

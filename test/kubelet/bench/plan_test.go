@@ -87,7 +87,7 @@ func plan(tb testing.TB) ([]planRow, []*column, int) {
 	}))
 	window := durationEnv(tb, EnvSteadyWindow, 15*time.Minute)
 	steadyCols := len(cols)
-	if selected(volmgr) {
+	if watchAllColumn() {
 		steadyCols++
 	}
 	var steadySetup time.Duration
@@ -97,7 +97,7 @@ func plan(tb testing.TB) ([]planRow, []*column, int) {
 		for _, col := range cols {
 			steadySetup += c.start[col.kind.name] + time.Duration(n)*(c.burstPod[col.kind.name]+c.teardownPod[col.kind.name])
 		}
-		if selected(volmgr) {
+		if watchAllColumn() {
 			steadySetup += c.start["csi-volmgr"] + time.Duration(n)*(c.burstPod["csi-volmgr"]+c.teardownPod["csi-volmgr"])
 		}
 	}

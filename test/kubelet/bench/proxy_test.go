@@ -1,31 +1,46 @@
 package bench_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/cert"
+
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
 // countingProxy stands between an agent and kube-apiserver and counts the
 // agent's requests by verb (GET of one object, LIST, WATCH, and the
-// writes) and resource, and the watches open. It listens on plain HTTP on
-// 127.0.0.1 and forwards with the API server's admin credentials, so an
-// agent's kubeconfig (kubeconfig) names only its address. Streams (watches)
-// are passed on as they come.
+// writes) and resource, and the watches open. Streams (watches) are passed
+// on as they come.
+//
+// Under the admin identity it listens on plain HTTP on 127.0.0.1 and
+// forwards with the API server's admin credentials, so an agent's
+// kubeconfig (kubeconfig) names only its address. Under the node identity
+// (EnvIdentity) it re-originates TLS, so it cannot pass the agent's client
+// certificate on: it serves HTTPS on 127.0.0.1 with a certificate of its
+// own, authenticates the agent by its client certificate as kube-apiserver
+// would (issued by the Env's Signer, for the world's Node, else 401/403),
+// and forwards with a certificate of the same Node: the API server sees
+// system:node:<Node> in system:nodes, and the Node authorizer and
+// NodeRestriction hold every request to that Node as without the proxy.
 type countingProxy struct {
 	server *http.Server
 	addr   string
+	// caPEM is the certificate the agents trust the proxy by (TLS only).
+	caPEM []byte
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -34,9 +49,16 @@ type countingProxy struct {
 	maxOpen int
 }
 
-// startProxy starts a proxy to cfg's API server, stopped when tb ends.
-func startProxy(tb testing.TB, cfg *rest.Config) *countingProxy {
+// startProxy starts a proxy to the world's API server, as the world's Node
+// under the node identity, stopped when tb ends.
+func startProxy(tb testing.TB, w *world) *countingProxy {
 	tb.Helper()
+	cfg := w.fx.Config
+	node := agentIdentity == identityNode
+	if node {
+		certPEM, keyPEM := w.nodeCert(tb)
+		cfg = k8stest.CertConfig(w.fx.Env.Config, certPEM, keyPEM)
+	}
 	target, err := url.Parse(cfg.Host)
 	if err != nil {
 		tb.Fatal(err)
@@ -54,13 +76,37 @@ func startProxy(tb testing.TB, cfg *rest.Config) *countingProxy {
 		Transport:     transport,
 		FlushInterval: -1,
 		ErrorLog:      nil,
+		// A request kube-apiserver forbade is counted once more, as
+		// "FORBIDDEN <verb resource>" (not in any verb's sum): what the
+		// Node authorizer or NodeRestriction refused the agent.
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusForbidden {
+				key, _ := classify(resp.Request)
+				p.mu.Lock()
+				p.counts["FORBIDDEN "+key]++
+				p.mu.Unlock()
+			}
+			return nil
+		},
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	p.addr = l.Addr().String()
-	p.server = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	user := nodeUser(w.fx.NodeName)
+	p.server = &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if node {
+			if code, msg := authenticateNode(r, user); code != 0 {
+				// Counted apart: an agent that is refused here would be
+				// refused by kube-apiserver too.
+				p.mu.Lock()
+				p.counts[fmt.Sprintf("REFUSED %d", code)]++
+				p.mu.Unlock()
+				http.Error(rw, msg, code)
+				return
+			}
+		}
 		key, watching := classify(r)
 		p.mu.Lock()
 		p.counts[key]++
@@ -76,10 +122,31 @@ func startProxy(tb testing.TB, cfg *rest.Config) *countingProxy {
 				p.mu.Unlock()
 			}()
 		}
-		rp.ServeHTTP(w, r)
+		rp.ServeHTTP(rw, r)
 	})}
+	serve := func() error { return p.server.Serve(l) }
+	if node {
+		certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		serving, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		clients := x509.NewCertPool()
+		clients.AppendCertsFromPEM(w.fx.Env.Signer.CertPEM())
+		p.caPEM = certPEM
+		p.server.TLSConfig = &tls.Config{
+			Certificates: []tls.Certificate{serving},
+			ClientAuth:   tls.VerifyClientCertIfGiven,
+			ClientCAs:    clients,
+			MinVersion:   tls.VersionTLS12,
+		}
+		serve = func() error { return p.server.ServeTLS(l, "", "") }
+	}
 	go func() {
-		if err := p.server.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			fmt.Printf("counting proxy: %v\n", err)
 		}
 	}()
@@ -87,19 +154,30 @@ func startProxy(tb testing.TB, cfg *rest.Config) *countingProxy {
 	return p
 }
 
-// kubeconfig is a kubeconfig naming the proxy, without credentials.
-func (p *countingProxy) kubeconfig(tb testing.TB) []byte {
-	tb.Helper()
-	c := clientcmdapi.NewConfig()
-	c.Clusters["proxy"] = &clientcmdapi.Cluster{Server: "http://" + p.addr}
-	c.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
-	c.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
-	c.CurrentContext = "proxy"
-	data, err := clientcmd.Write(*c)
-	if err != nil {
-		tb.Fatal(err)
+// authenticateNode checks that r comes with a verified client certificate
+// (the TLS handshake verified it against the Env's Signer) of user in
+// system:nodes: 0 if so, else the status code and message kube-apiserver's
+// authenticator and the Node authorizer would answer with.
+func authenticateNode(r *http.Request, user string) (int, string) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return http.StatusUnauthorized, "counting proxy: no client certificate of the Node's signer"
 	}
-	return data
+	leaf := r.TLS.VerifiedChains[0][0]
+	if leaf.Subject.CommonName != user || !slices.Contains(leaf.Subject.Organization, nodeGroup) {
+		return http.StatusForbidden, fmt.Sprintf("counting proxy: %s in %v is not %s in %s",
+			leaf.Subject.CommonName, leaf.Subject.Organization, user, nodeGroup)
+	}
+	return 0, ""
+}
+
+// kubeconfig is a kubeconfig naming the proxy, with the client certificate
+// certPEM and its key keyPEM if given, else without credentials.
+func (p *countingProxy) kubeconfig(tb testing.TB, certPEM, keyPEM []byte) []byte {
+	tb.Helper()
+	if p.caPEM == nil {
+		return kubeconfigFor(tb, "http://"+p.addr, nil, certPEM, keyPEM)
+	}
+	return kubeconfigFor(tb, "https://"+p.addr, p.caPEM, certPEM, keyPEM)
 }
 
 // take returns the counts so far and the most watches open at once, and

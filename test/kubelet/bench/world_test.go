@@ -56,9 +56,9 @@ type world struct {
 	holdDir string
 	volumes []benchVolume
 	journal *journalTail
-	// agentKubeconfig, when set, is the kubeconfig the agents get instead
-	// of the API server's own (e.g. one through the counting proxy).
-	agentKubeconfig []byte
+	// proxy, when set, is the counting proxy the agents reach the API
+	// server through instead of directly (agentAccess).
+	proxy *countingProxy
 }
 
 // worldOptions says what a world holds.
