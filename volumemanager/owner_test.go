@@ -440,7 +440,10 @@ func TestRecreatedNodeIsAnotherNode(t *testing.T) {
 	if recreated.UID == old.UID {
 		t.Fatalf("the recreated Node has the first one's UID %s", old.UID)
 	}
-	n.untilNotReady(t)
+	poll(t, "/readyz to fail saying the Node was replaced", func(context.Context) (bool, error) {
+		code, body := n.readyz()
+		return code != http.StatusOK && strings.Contains(body, "was replaced"), nil
+	})
 	second := createClaimPod(t, f, "second")
 	quiet(t, 10*time.Second, func() string {
 		if n.published(second.UID) {
@@ -454,10 +457,8 @@ func TestRecreatedNodeIsAnotherNode(t *testing.T) {
 		}
 		return ""
 	})
-	if code, body := n.readyz(); code == http.StatusOK {
-		t.Errorf("/readyz passes for a recreated Node: %q", body)
-	} else if !strings.Contains(body, "was replaced") {
-		t.Errorf("/readyz does not say the Node was replaced: %q", body)
+	if code, body := n.readyz(); code == http.StatusOK || !strings.Contains(body, "was replaced") {
+		t.Errorf("/readyz after the quiet period: %d %q, want a failure saying the Node was replaced", code, body)
 	}
 
 	// Restarted, the agent serves the Node it finds.
