@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +19,9 @@ import (
 // TaintDriversNotReady keeps new pods off a node whose expected CSI
 // drivers have not all registered (Config.ExpectedDrivers): NoSchedule,
 // on the Node from its registration and whenever an expected driver is
-// missing, removed once all are registered.
+// missing, removed once all are registered. Not under NodeIdentity:
+// NodeRestriction forbids a node to change its own taints, so the agent
+// acting as its Node posts Ready=False instead (driversready.go).
 //
 // Why a taint and not a NotReady node: the node lifecycle controller
 // answers NotReady with the node.kubernetes.io/not-ready taint, NoExecute
@@ -31,32 +34,48 @@ import (
 // Pods that must run anyway tolerate it.
 const TaintDriversNotReady = "csi-volmgr.io/drivers-not-ready"
 
-// driversTaint keeps TaintDriversNotReady on the kept Node while an
-// expected driver is missing: event-driven by driver registrations
-// (DriversChanged) and by the Node's own changes (someone removed or added
-// the taint), one write per difference.
+// driversTaint keeps the kept Node unschedulable while an expected driver
+// is missing, event-driven by driver registrations (DriversChanged): with
+// TaintDriversNotReady, also driven by the Node's own changes (someone
+// removed or added the taint), one write per difference; or, asNode, with
+// the Ready condition False (driversready.go).
 type driversTaint struct {
 	expected   []string
 	registered func(name string) bool
+	// asNode is set when the agent acts as its Node (Config.NodeIdentity):
+	// the Ready condition tells, the keeper writes no taint.
+	asNode bool
 	// queue has one key, the node's name; a burst of events is one sync.
 	queue workqueue.TypedRateLimitingInterface[string]
+	// kick (one slot) wakes driversProvider to send the Node's status to
+	// the node controller; asNode only.
+	kick chan struct{}
+
+	// mu protects posted and logged.
+	mu sync.Mutex
+	// posted is the Ready condition readyCondition computed last; nil
+	// before the first.
+	posted *corev1.NodeCondition
+	// logged is the Ready status syncReady logged last.
+	logged corev1.ConditionStatus
 }
 
-// expectDrivers makes the keeper taint the Node while one of drivers is
-// not registered; registered tells whether one is.
-func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool) {
+// expectDrivers makes the keeper keep the Node unschedulable while one of
+// drivers is not registered; registered tells whether one is. asNode
+// (Config.NodeIdentity) chooses the Ready condition over the taint.
+func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool, asNode bool) {
 	if len(drivers) == 0 {
 		return
 	}
 	k.taint = &driversTaint{
-		expected: slices.Clone(drivers), registered: registered,
+		expected: slices.Clone(drivers), registered: registered, asNode: asNode, kick: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi_volmgr_drivers_taint"}),
 	}
 }
 
-// DriversChanged re-evaluates the drivers taint after a driver registered
-// or went away. It does not block.
+// DriversChanged re-evaluates the drivers taint (or the Ready condition)
+// after a driver registered or went away. It does not block.
 func (k *nodeKeeper) DriversChanged() {
 	if k.taint != nil {
 		k.taint.queue.Add(k.name)
@@ -75,16 +94,17 @@ func (t *driversTaint) missing() []string {
 }
 
 // initial is the taint a Node is registered with, before any driver
-// could have registered.
+// could have registered; none asNode: the taint could never be removed.
 func (t *driversTaint) initial() []corev1.Taint {
-	if t == nil {
+	if t == nil || t.asNode {
 		return nil
 	}
 	return []corev1.Taint{{Key: TaintDriversNotReady, Effect: corev1.TaintEffectNoSchedule}}
 }
 
-// runTaint keeps the taint right until ctx ends.
-func (k *nodeKeeper) runTaint(ctx context.Context) {
+// runDrivers keeps the taint, or the Ready condition, right until ctx
+// ends.
+func (k *nodeKeeper) runDrivers(ctx context.Context) {
 	t := k.taint
 	if t == nil {
 		return
@@ -93,13 +113,22 @@ func (k *nodeKeeper) runTaint(ctx context.Context) {
 		<-ctx.Done()
 		t.queue.ShutDown()
 	}()
-	go source.WatchNode(ctx, k.client, k.name, func(*corev1.Node) { t.queue.Add(k.name) })
+	logger := klog.FromContext(ctx).WithValues("node", k.name)
+	if !t.asNode {
+		go source.WatchNode(ctx, k.client, k.name, func(*corev1.Node) { t.queue.Add(k.name) })
+		logger = logger.WithValues("taint", TaintDriversNotReady)
+	}
 	t.queue.Add(k.name)
-	logger := klog.FromContext(ctx).WithValues("node", k.name, "taint", TaintDriversNotReady)
 	for {
 		key, shutdown := t.queue.Get()
 		if shutdown {
 			return
+		}
+		if t.asNode {
+			k.syncReady(logger)
+			t.queue.Forget(key)
+			t.queue.Done(key)
+			continue
 		}
 		if err := k.syncTaint(ctx, logger); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Cannot set the drivers taint; will retry")
