@@ -37,13 +37,20 @@ func (k *nodeKeeper) readyCondition(now metav1.Time) (cond corev1.NodeCondition,
 	if t == nil || !t.asNode {
 		return cond, nil, false
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev := t.posted
+	if prev != nil && !t.synced() {
+		// The condition the Node shows until the registry has seen the
+		// drivers found at start (seedReady).
+		cond = *prev.DeepCopy()
+		cond.LastHeartbeatTime = now
+		return cond, nil, false
+	}
 	if missing = t.missing(); len(missing) > 0 {
 		cond.Status, cond.Reason = corev1.ConditionFalse, NodeDriversNotRegisteredReason
 		cond.Message = fmt.Sprintf("csi-volmgr: CSI drivers not registered: %s (--expected-drivers)", strings.Join(missing, ", "))
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	prev := t.posted
 	if prev != nil && prev.Status == cond.Status {
 		cond.LastTransitionTime = prev.LastTransitionTime
 	}
@@ -56,6 +63,29 @@ func (k *nodeKeeper) readyCondition(now metav1.Time) (cond corev1.NodeCondition,
 		}
 	}
 	return cond, missing, changed
+}
+
+// seedReady takes the Ready condition of the Node the keeper finds, when
+// the agent posted it (one of its reasons), as the one it posts until the
+// registry has handled the driver sockets found at start: a restart of
+// the agent does not turn the Node NotReady for the moment its drivers
+// take to register again. A Node created by the keeper, or whose Ready
+// condition someone else set (Unknown by the node lifecycle controller
+// while the agent was down), gets the condition the drivers call for.
+func (t *driversTaint) seedReady(node *corev1.Node) {
+	if t == nil || !t.asNode {
+		return
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeReady || (c.Reason != NodeReadyReason && c.Reason != NodeDriversNotRegisteredReason) {
+			continue
+		}
+		t.mu.Lock()
+		if t.posted == nil {
+			t.posted = c.DeepCopy()
+		}
+		t.mu.Unlock()
+	}
 }
 
 // syncReady computes the Ready condition after a driver registered or went

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -42,6 +44,11 @@ const TaintDriversNotReady = "csi-volmgr.io/drivers-not-ready"
 type driversTaint struct {
 	expected   []string
 	registered func(name string) bool
+	// synced tells whether the registry has handled every driver socket
+	// found at start: until then a driver is not called missing on a Node
+	// that exists (it has not had the time to register again after a
+	// restart of the agent).
+	synced func() bool
 	// asNode is set when the agent acts as its Node (Config.NodeIdentity):
 	// the Ready condition tells, the keeper writes no taint.
 	asNode bool
@@ -61,14 +68,15 @@ type driversTaint struct {
 }
 
 // expectDrivers makes the keeper keep the Node unschedulable while one of
-// drivers is not registered; registered tells whether one is. asNode
+// drivers is not registered; registered tells whether one is, synced
+// whether the registry has handled the sockets found at start. asNode
 // (Config.NodeIdentity) chooses the Ready condition over the taint.
-func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool, asNode bool) {
+func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool, synced func() bool, asNode bool) {
 	if len(drivers) == 0 {
 		return
 	}
 	k.taint = &driversTaint{
-		expected: slices.Clone(drivers), registered: registered, asNode: asNode, kick: make(chan struct{}, 1),
+		expected: slices.Clone(drivers), registered: registered, synced: synced, asNode: asNode, kick: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi_volmgr_drivers_taint"}),
 	}
@@ -117,6 +125,13 @@ func (k *nodeKeeper) runDrivers(ctx context.Context) {
 	if !t.asNode {
 		go source.WatchNode(ctx, k.client, k.name, func(*corev1.Node) { t.queue.Add(k.name) })
 		logger = logger.WithValues("taint", TaintDriversNotReady)
+	}
+	// The Node keeps what it shows until the drivers found at start had
+	// their chance to register: a restart of the agent does not flap it.
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return t.synced(), nil
+	}); err != nil {
+		return
 	}
 	t.queue.Add(k.name)
 	for {

@@ -273,12 +273,15 @@ func (k *nodeKeeper) Register(ctx context.Context) error {
 // errNotRecreating when it is gone and not to be created again, a
 // *leaseHeldError when another agent renews its Lease.
 func (k *nodeKeeper) start(ctx context.Context) error {
-	spec := k.spec()
 	nodes := k.client.CoreV1().Nodes()
 	existing, err := nodes.Get(ctx, k.name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	if err == nil {
+		k.taint.seedReady(existing)
+	}
+	spec := k.spec()
 	// The Gate follows the keeper's watch (UIDs) before anything is
 	// written.
 	syncCtx, cancel := context.WithTimeout(ctx, nodeWatchSyncTimeout)
