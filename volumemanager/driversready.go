@@ -33,7 +33,7 @@ func (k *nodeKeeper) readyCondition(now metav1.Time) (cond corev1.NodeCondition,
 		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: NodeReadyReason, Message: NodeReadyMessage,
 		LastHeartbeatTime: now, LastTransitionTime: now,
 	}
-	t := k.taint
+	t := k.drivers
 	if t == nil || !t.asNode {
 		return cond, nil, false
 	}
@@ -72,7 +72,7 @@ func (k *nodeKeeper) readyCondition(now metav1.Time) (cond corev1.NodeCondition,
 // take to register again. A Node created by the keeper, or whose Ready
 // condition someone else set (Unknown by the node lifecycle controller
 // while the agent was down), gets the condition the drivers call for.
-func (t *driversTaint) seedReady(node *corev1.Node) {
+func (t *expectedDrivers) seedReady(node *corev1.Node) {
 	if t == nil || !t.asNode {
 		return
 	}
@@ -92,7 +92,7 @@ func (t *driversTaint) seedReady(node *corev1.Node) {
 // away; the node controller posts it at once when it changed.
 func (k *nodeKeeper) syncReady(logger klog.Logger) {
 	cond, missing, _ := k.readyCondition(metav1.Now())
-	t := k.taint
+	t := k.drivers
 	t.mu.Lock()
 	logged := t.logged
 	t.logged = cond.Status
@@ -116,9 +116,12 @@ func (driversProvider) Ping(ctx context.Context) error { return ctx.Err() }
 // NotifyNodeStatus sends the Node, with its current Ready condition, to cb
 // at every kick until ctx ends. cb, the controller's, blocks while an
 // earlier Node waits in its one-slot channel: one send at a time, from
-// one goroutine per controller.
+// one goroutine per controller. cb takes no context, so a send begun
+// while the slot is full just as the controller stops blocks for good:
+// at most this one goroutine per controller, and a controller is replaced
+// only when the Node is registered again.
 func (p driversProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.Node)) {
-	t := p.k.taint
+	t := p.k.drivers
 	if t == nil || !t.asNode {
 		return
 	}

@@ -25,7 +25,7 @@ func newExpectingKeeper(d *fakeDrivers, asNode bool) *nodeKeeper {
 // status again, and takes the request.
 func kicked(k *nodeKeeper) bool {
 	select {
-	case <-k.taint.kick:
+	case <-k.drivers.kick:
 		return true
 	default:
 		return false
@@ -93,7 +93,7 @@ func TestDriversReadyAfterRestart(t *testing.T) {
 	}
 	d := &fakeDrivers{registered: map[string]bool{}}
 	k := newExpectingKeeper(d, true)
-	k.taint.seedReady(ready(corev1.ConditionTrue, NodeReadyReason))
+	k.drivers.seedReady(ready(corev1.ConditionTrue, NodeReadyReason))
 	c, _, changed := k.readyCondition(metav1.Now())
 	if c.Status != corev1.ConditionTrue || changed || c.LastTransitionTime.Unix() != 5 {
 		t.Errorf("before the registry synced: %+v, changed %v; want the Node's True kept", c, changed)
@@ -104,7 +104,7 @@ func TestDriversReadyAfterRestart(t *testing.T) {
 	}
 
 	other := newExpectingKeeper(&fakeDrivers{registered: map[string]bool{}}, true)
-	other.taint.seedReady(ready(corev1.ConditionUnknown, "NodeStatusUnknown"))
+	other.drivers.seedReady(ready(corev1.ConditionUnknown, "NodeStatusUnknown"))
 	if c, _, _ := other.readyCondition(metav1.Now()); c.Status != corev1.ConditionFalse {
 		t.Errorf("after the controller's Unknown: %+v, want False", c)
 	}

@@ -36,12 +36,12 @@ import (
 // Pods that must run anyway tolerate it.
 const TaintDriversNotReady = "csi-volmgr.io/drivers-not-ready"
 
-// driversTaint keeps the kept Node unschedulable while an expected driver
+// expectedDrivers keeps the kept Node unschedulable while an expected driver
 // is missing, event-driven by driver registrations (DriversChanged): with
 // TaintDriversNotReady, also driven by the Node's own changes (someone
 // removed or added the taint), one write per difference; or, asNode, with
 // the Ready condition False (driversready.go).
-type driversTaint struct {
+type expectedDrivers struct {
 	expected   []string
 	registered func(name string) bool
 	// synced tells whether the registry has handled every driver socket
@@ -75,7 +75,7 @@ func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string
 	if len(drivers) == 0 {
 		return
 	}
-	k.taint = &driversTaint{
+	k.drivers = &expectedDrivers{
 		expected: slices.Clone(drivers), registered: registered, synced: synced, asNode: asNode, kick: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi_volmgr_drivers_taint"}),
@@ -85,13 +85,13 @@ func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string
 // DriversChanged re-evaluates the drivers taint (or the Ready condition)
 // after a driver registered or went away. It does not block.
 func (k *nodeKeeper) DriversChanged() {
-	if k.taint != nil {
-		k.taint.queue.Add(k.name)
+	if k.drivers != nil {
+		k.drivers.queue.Add(k.name)
 	}
 }
 
 // missing returns the expected drivers that are not registered.
-func (t *driversTaint) missing() []string {
+func (t *expectedDrivers) missing() []string {
 	var out []string
 	for _, d := range t.expected {
 		if !t.registered(d) {
@@ -103,7 +103,7 @@ func (t *driversTaint) missing() []string {
 
 // initial is the taint a Node is registered with, before any driver
 // could have registered; none asNode: the taint could never be removed.
-func (t *driversTaint) initial() []corev1.Taint {
+func (t *expectedDrivers) initial() []corev1.Taint {
 	if t == nil || t.asNode {
 		return nil
 	}
@@ -113,7 +113,7 @@ func (t *driversTaint) initial() []corev1.Taint {
 // runDrivers keeps the taint, or the Ready condition, right until ctx
 // ends.
 func (k *nodeKeeper) runDrivers(ctx context.Context) {
-	t := k.taint
+	t := k.drivers
 	if t == nil {
 		return
 	}
@@ -165,7 +165,7 @@ func (k *nodeKeeper) syncTaint(ctx context.Context, logger klog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("reading Node %s: %w", k.name, err)
 	}
-	missing := k.taint.missing()
+	missing := k.drivers.missing()
 	want := len(missing) > 0
 	has := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady })
 	if want == has {

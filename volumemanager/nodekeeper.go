@@ -118,10 +118,10 @@ type nodeKeeper struct {
 	labels   map[string]string
 	taints   []corev1.Taint
 
-	// taint keeps TaintDriversNotReady, or under NodeIdentity the Ready
+	// drivers keeps TaintDriversNotReady, or under NodeIdentity the Ready
 	// condition False, while expected drivers are missing; nil without
 	// expected drivers.
-	taint *driversTaint
+	drivers *expectedDrivers
 
 	// owner is the agent's owner Gate, fed by the keeper's watch of the
 	// Node (UIDs included); it wakes a keeper that found a Node it does not
@@ -177,7 +177,7 @@ func (k *nodeKeeper) spec() *corev1.Node {
 			Labels:      labels,
 			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
 		},
-		Spec: corev1.NodeSpec{Taints: append(k.taint.initial(), k.taints...)},
+		Spec: corev1.NodeSpec{Taints: append(k.drivers.initial(), k.taints...)},
 		Status: corev1.NodeStatus{
 			Capacity: k.capacity.DeepCopy(), Allocatable: k.capacity.DeepCopy(),
 			Conditions: []corev1.NodeCondition{ready},
@@ -279,7 +279,7 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 		return err
 	}
 	if err == nil {
-		k.taint.seedReady(existing)
+		k.drivers.seedReady(existing)
 	}
 	spec := k.spec()
 	// The Gate follows the keeper's watch (UIDs) before anything is
@@ -307,7 +307,7 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 	if err := k.acquireLease(ctx, existing); err != nil {
 		return err
 	}
-	if existing != nil && k.taint != nil && k.taint.asNode &&
+	if existing != nil && k.drivers != nil && k.drivers.asNode &&
 		slices.ContainsFunc(existing.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady }) {
 		// Left by a run without NodeIdentity: the Node may not remove it.
 		klog.FromContext(ctx).Error(errTaintLeftBehind, "The Node keeps pods off until the taint is removed by hand",
