@@ -59,6 +59,10 @@ type attachLimits struct {
 // ResourceExhausted refreshes the driver's count now.
 func (a attachLimits) ResourceExhausted(driver string) { a.r.Refresh(driver) }
 
+// driversSynced tells whether the driver registry has handled every
+// socket found at start.
+func (vm *VolumeManager) driversSynced() bool { return vm.registry != nil && vm.registry.HasSynced() }
+
 // driverRegistered says whether a driver is registered now (the registry
 // is made after the Node keeper that asks).
 func (vm *VolumeManager) driverRegistered(name string) bool {

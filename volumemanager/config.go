@@ -56,9 +56,13 @@ type Config struct {
 	// RemoveTerminatingPods. Cluster mode only.
 	RegisterNode bool
 	// ExpectedDrivers are the CSI drivers a node needs, with RegisterNode:
-	// until all of them are registered the Node carries the NoSchedule
-	// taint csi-volmgr.io/drivers-not-ready (see
-	// TaintDriversNotReady for why a taint and not NotReady).
+	// while one of them is not registered the Node carries the NoSchedule
+	// taint csi-volmgr.io/drivers-not-ready (see TaintDriversNotReady for
+	// why a taint and not NotReady) — or, under NodeIdentity, whose
+	// NodeRestriction forbids a node to change its taints, its Ready
+	// condition is False with NodeDriversNotRegisteredReason, which the
+	// node lifecycle controller answers with the not-ready taints, NoExecute
+	// included (pods without a toleration are evicted after 300s).
 	ExpectedDrivers []string
 	// NodeCapacity, with RegisterNode, is the Node's status.capacity and
 	// status.allocatable (e.g. pods, cpu, memory), kept by every status

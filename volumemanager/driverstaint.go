@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -18,7 +21,9 @@ import (
 // TaintDriversNotReady keeps new pods off a node whose expected CSI
 // drivers have not all registered (Config.ExpectedDrivers): NoSchedule,
 // on the Node from its registration and whenever an expected driver is
-// missing, removed once all are registered.
+// missing, removed once all are registered. Not under NodeIdentity:
+// NodeRestriction forbids a node to change its own taints, so the agent
+// acting as its Node posts Ready=False instead (driversready.go).
 //
 // Why a taint and not a NotReady node: the node lifecycle controller
 // answers NotReady with the node.kubernetes.io/not-ready taint, NoExecute
@@ -31,40 +36,62 @@ import (
 // Pods that must run anyway tolerate it.
 const TaintDriversNotReady = "csi-volmgr.io/drivers-not-ready"
 
-// driversTaint keeps TaintDriversNotReady on the kept Node while an
-// expected driver is missing: event-driven by driver registrations
-// (DriversChanged) and by the Node's own changes (someone removed or added
-// the taint), one write per difference.
-type driversTaint struct {
+// expectedDrivers keeps the kept Node unschedulable while an expected driver
+// is missing, event-driven by driver registrations (DriversChanged): with
+// TaintDriversNotReady, also driven by the Node's own changes (someone
+// removed or added the taint), one write per difference; or, asNode, with
+// the Ready condition False (driversready.go).
+type expectedDrivers struct {
 	expected   []string
 	registered func(name string) bool
+	// synced tells whether the registry has handled every driver socket
+	// found at start: until then a driver is not called missing on a Node
+	// that exists (it has not had the time to register again after a
+	// restart of the agent).
+	synced func() bool
+	// asNode is set when the agent acts as its Node (Config.NodeIdentity):
+	// the Ready condition tells, the keeper writes no taint.
+	asNode bool
 	// queue has one key, the node's name; a burst of events is one sync.
 	queue workqueue.TypedRateLimitingInterface[string]
+	// kick (one slot) wakes driversProvider to send the Node's status to
+	// the node controller; asNode only.
+	kick chan struct{}
+
+	// mu protects posted and logged.
+	mu sync.Mutex
+	// posted is the Ready condition readyCondition computed last; nil
+	// before the first.
+	posted *corev1.NodeCondition
+	// logged is the Ready status syncReady logged last.
+	logged corev1.ConditionStatus
 }
 
-// expectDrivers makes the keeper taint the Node while one of drivers is
-// not registered; registered tells whether one is.
-func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool) {
+// expectDrivers makes the keeper keep the Node unschedulable while one of
+// drivers is not registered; registered tells whether one is, synced
+// whether the registry has handled the sockets found at start. asNode
+// (Config.NodeIdentity) chooses the Ready condition over the taint.
+func (k *nodeKeeper) expectDrivers(drivers []string, registered func(name string) bool, synced func() bool, asNode bool) {
 	if len(drivers) == 0 {
 		return
 	}
-	k.taint = &driversTaint{
-		expected: slices.Clone(drivers), registered: registered,
+	k.drivers = &expectedDrivers{
+		expected: slices.Clone(drivers), registered: registered, synced: synced, asNode: asNode, kick: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi_volmgr_drivers_taint"}),
 	}
 }
 
-// DriversChanged re-evaluates the drivers taint after a driver registered
-// or went away. It does not block.
+// DriversChanged re-evaluates the drivers taint (or the Ready condition)
+// after a driver registered or went away. It does not block.
 func (k *nodeKeeper) DriversChanged() {
-	if k.taint != nil {
-		k.taint.queue.Add(k.name)
+	if k.drivers != nil {
+		k.drivers.queue.Add(k.name)
 	}
 }
 
 // missing returns the expected drivers that are not registered.
-func (t *driversTaint) missing() []string {
+func (t *expectedDrivers) missing() []string {
 	var out []string
 	for _, d := range t.expected {
 		if !t.registered(d) {
@@ -75,17 +102,18 @@ func (t *driversTaint) missing() []string {
 }
 
 // initial is the taint a Node is registered with, before any driver
-// could have registered.
-func (t *driversTaint) initial() []corev1.Taint {
-	if t == nil {
+// could have registered; none asNode: the taint could never be removed.
+func (t *expectedDrivers) initial() []corev1.Taint {
+	if t == nil || t.asNode {
 		return nil
 	}
 	return []corev1.Taint{{Key: TaintDriversNotReady, Effect: corev1.TaintEffectNoSchedule}}
 }
 
-// runTaint keeps the taint right until ctx ends.
-func (k *nodeKeeper) runTaint(ctx context.Context) {
-	t := k.taint
+// runDrivers keeps the taint, or the Ready condition, right until ctx
+// ends.
+func (k *nodeKeeper) runDrivers(ctx context.Context) {
+	t := k.drivers
 	if t == nil {
 		return
 	}
@@ -93,13 +121,29 @@ func (k *nodeKeeper) runTaint(ctx context.Context) {
 		<-ctx.Done()
 		t.queue.ShutDown()
 	}()
-	go source.WatchNode(ctx, k.client, k.name, func(*corev1.Node) { t.queue.Add(k.name) })
+	logger := klog.FromContext(ctx).WithValues("node", k.name)
+	if !t.asNode {
+		go source.WatchNode(ctx, k.client, k.name, func(*corev1.Node) { t.queue.Add(k.name) })
+		logger = logger.WithValues("taint", TaintDriversNotReady)
+	}
+	// The Node keeps what it shows until the drivers found at start had
+	// their chance to register: a restart of the agent does not flap it.
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return t.synced(), nil
+	}); err != nil {
+		return
+	}
 	t.queue.Add(k.name)
-	logger := klog.FromContext(ctx).WithValues("node", k.name, "taint", TaintDriversNotReady)
 	for {
 		key, shutdown := t.queue.Get()
 		if shutdown {
 			return
+		}
+		if t.asNode {
+			k.syncReady(logger)
+			t.queue.Forget(key)
+			t.queue.Done(key)
+			continue
 		}
 		if err := k.syncTaint(ctx, logger); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Cannot set the drivers taint; will retry")
@@ -121,7 +165,7 @@ func (k *nodeKeeper) syncTaint(ctx context.Context, logger klog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("reading Node %s: %w", k.name, err)
 	}
-	missing := k.taint.missing()
+	missing := k.drivers.missing()
 	want := len(missing) > 0
 	has := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady })
 	if want == has {

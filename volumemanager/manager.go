@@ -169,7 +169,7 @@ func (vm *VolumeManager) newBackend(ctx context.Context) error {
 	}
 	if cfg.RegisterNode {
 		vm.node = newNodeKeeper(cfg.KubeClient, cfg.NodeName, cfg.Tuning.NodeLeaseDuration, cfg.Tuning.NodeStatusInterval)
-		vm.node.expectDrivers(cfg.ExpectedDrivers, vm.driverRegistered)
+		vm.node.expectDrivers(cfg.ExpectedDrivers, vm.driverRegistered, vm.driversSynced, cfg.NodeIdentity)
 		vm.node.shape(cfg.NodeCapacity, cfg.NodeLabels, cfg.NodeTaints)
 	}
 	return nil

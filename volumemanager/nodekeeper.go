@@ -31,6 +31,10 @@ const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-mana
 const (
 	NodeReadyReason  = "CSIVolmgrReady"
 	NodeReadyMessage = "csi-volmgr is posting ready status (volumes only: this node runs no containers)"
+	// NodeDriversNotRegisteredReason: the Ready condition is False, for a
+	// node the agent registers as that Node (NodeIdentity), while one of
+	// Config.ExpectedDrivers has not registered; the message names them.
+	NodeDriversNotRegisteredReason = "CSIVolmgrDriversNotRegistered"
 )
 
 // The node keeper's defaults: the kubelet's 40s Lease (renewed every
@@ -46,6 +50,12 @@ const (
 // errForeignNode is why the keeper leaves an existing Node alone.
 var errForeignNode = errors.New("the Node exists without the label " + OwnerLabel + "=" + OwnerLabelValue +
 	"; another volume manager (a kubelet) may own it, and the keeper labels only a Node it creates")
+
+// errTaintLeftBehind is why a Node kept as that Node (NodeIdentity) may
+// carry TaintDriversNotReady for good.
+var errTaintLeftBehind = errors.New("the Node carries the taint " + TaintDriversNotReady + " from a run without --node-identity; " +
+	"acting as its Node the agent may not remove it (NodeRestriction) and reports missing drivers by the Ready condition: " +
+	"remove it with kubectl taint node <node> " + TaintDriversNotReady + "-")
 
 // nodeKeeper registers and keeps the Node of a node that has neither a
 // kubelet nor a runtime (Config.RegisterNode) with virtual-kubelet's
@@ -108,9 +118,10 @@ type nodeKeeper struct {
 	labels   map[string]string
 	taints   []corev1.Taint
 
-	// taint keeps TaintDriversNotReady while expected drivers are
-	// missing; nil without expected drivers.
-	taint *driversTaint
+	// drivers keeps TaintDriversNotReady, or under NodeIdentity the Ready
+	// condition False, while expected drivers are missing; nil without
+	// expected drivers.
+	drivers *expectedDrivers
 
 	// owner is the agent's owner Gate, fed by the keeper's watch of the
 	// Node (UIDs included); it wakes a keeper that found a Node it does not
@@ -154,7 +165,7 @@ func (k *nodeKeeper) shape(capacity corev1.ResourceList, labels map[string]strin
 
 // spec is the Node the keeper posts.
 func (k *nodeKeeper) spec() *corev1.Node {
-	now := metav1.Now()
+	ready, _, _ := k.readyCondition(metav1.Now())
 	labels := maps.Clone(k.labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -166,13 +177,10 @@ func (k *nodeKeeper) spec() *corev1.Node {
 			Labels:      labels,
 			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
 		},
-		Spec: corev1.NodeSpec{Taints: append(k.taint.initial(), k.taints...)},
+		Spec: corev1.NodeSpec{Taints: append(k.drivers.initial(), k.taints...)},
 		Status: corev1.NodeStatus{
 			Capacity: k.capacity.DeepCopy(), Allocatable: k.capacity.DeepCopy(),
-			Conditions: []corev1.NodeCondition{{
-				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: NodeReadyReason, Message: NodeReadyMessage,
-				LastHeartbeatTime: now, LastTransitionTime: now,
-			}},
+			Conditions: []corev1.NodeCondition{ready},
 		},
 	}
 }
@@ -265,12 +273,15 @@ func (k *nodeKeeper) Register(ctx context.Context) error {
 // errNotRecreating when it is gone and not to be created again, a
 // *leaseHeldError when another agent renews its Lease.
 func (k *nodeKeeper) start(ctx context.Context) error {
-	spec := k.spec()
 	nodes := k.client.CoreV1().Nodes()
 	existing, err := nodes.Get(ctx, k.name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	if err == nil {
+		k.drivers.seedReady(existing)
+	}
+	spec := k.spec()
 	// The Gate follows the keeper's watch (UIDs) before anything is
 	// written.
 	syncCtx, cancel := context.WithTimeout(ctx, nodeWatchSyncTimeout)
@@ -296,6 +307,12 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 	if err := k.acquireLease(ctx, existing); err != nil {
 		return err
 	}
+	if existing != nil && k.drivers != nil && k.drivers.asNode &&
+		slices.ContainsFunc(existing.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady }) {
+		// Left by a run without NodeIdentity: the Node may not remove it.
+		klog.FromContext(ctx).Error(errTaintLeftBehind, "The Node keeps pods off until the taint is removed by hand",
+			"node", k.name, "taint", TaintDriversNotReady)
+	}
 	if existing != nil {
 		switch err := k.addMissingTaints(ctx, existing); {
 		case apierrors.IsForbidden(err):
@@ -311,7 +328,7 @@ func (k *nodeKeeper) start(ctx context.Context) error {
 	// The keeper renews the Lease itself (its holder identity): without
 	// virtual-kubelet's lease controller the controller posts the status
 	// every ping interval.
-	nc, err := node.NewNodeController(node.NaiveNodeProvider{}, spec, gated,
+	nc, err := node.NewNodeController(driversProvider{k}, spec, gated,
 		node.WithNodePingInterval(k.statusInterval),
 		node.WithNodeStatusUpdateInterval(k.statusInterval),
 		node.WithNodeStatusUpdateErrorHandler(func(ctx context.Context, err error) error {
@@ -385,7 +402,7 @@ func (k *nodeKeeper) Run(ctx context.Context) {
 	}
 	taintCtx, stopTaint := context.WithCancel(ctx)
 	taintDone := make(chan struct{})
-	go func() { defer close(taintDone); k.runTaint(taintCtx) }()
+	go func() { defer close(taintDone); k.runDrivers(taintCtx) }()
 	defer func() { stopTaint(); <-taintDone }()
 	select {
 	case <-ctx.Done():

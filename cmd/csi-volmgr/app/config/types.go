@@ -94,7 +94,8 @@ type CSIVolmgrConfiguration struct {
 	NodeTaints []corev1.Taint `json:"nodeTaints"`
 	// expectedDrivers, with registerNode, are the CSI drivers the node
 	// needs: until all have registered the Node carries the NoSchedule
-	// taint csi-volmgr.io/drivers-not-ready (--expected-drivers).
+	// taint csi-volmgr.io/drivers-not-ready, or with nodeIdentity is
+	// NotReady (--expected-drivers).
 	ExpectedDrivers []string `json:"expectedDrivers"`
 
 	// removeTerminatingPods tears down the volumes of pods marked for
