@@ -76,30 +76,40 @@ func openLockFile(path string) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("%s is not writable: opening the lock file: %w", filepath.Dir(path), &os.PathError{Op: "open", Path: path, Err: err})
 	}
-	f := os.NewFile(uintptr(fd), path)
+	if err := checkLockFD(path, fd); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// checkLockFD makes sure the open lock file fd is a regular file with one
+// link, and puts it back to blocking I/O (O_NONBLOCK was for a FIFO).
+func checkLockFD(path string, fd int) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("the lock file %s: %w", path, &os.PathError{Op: "fstat", Path: path, Err: err})
+		return fmt.Errorf("the lock file %s: %w", path, &os.PathError{Op: "fstat", Path: path, Err: err})
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		_ = f.Close()
-		fi, err := os.Lstat(path)
-		if err != nil {
-			return nil, fmt.Errorf("the lock file %s is not a regular file; refusing to use it", path)
-		}
-		return nil, notRegular(path, fi.Mode())
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFIFO:
+		return notRegular(path, os.ModeNamedPipe)
+	case unix.S_IFDIR:
+		return notRegular(path, os.ModeDir)
+	case unix.S_IFSOCK:
+		return notRegular(path, os.ModeSocket)
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return notRegular(path, os.ModeDevice)
+	default:
+		return notRegular(path, os.ModeIrregular)
 	}
-	if st.Nlink != 1 {
-		_ = f.Close()
-		return nil, fmt.Errorf("the lock file %s has %d hard links; refusing to write to a file that is also elsewhere (remove it)", path, st.Nlink)
+	if st.Nlink > 1 {
+		return fmt.Errorf("the lock file %s has %d hard links; refusing to write to a file that is also elsewhere (remove it)", path, st.Nlink)
 	}
-	// Back to blocking I/O for a regular file (O_NONBLOCK was for a FIFO).
 	if err := unix.SetNonblock(fd, false); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("the lock file %s: %w", path, err)
+		return fmt.Errorf("the lock file %s: %w", path, err)
 	}
-	return f, nil
+	return nil
 }
 
 // notRegular is the error for a lock path that holds something else than

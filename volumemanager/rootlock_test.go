@@ -97,6 +97,22 @@ func TestRootLockRefusesWhatIsNotARegularFile(t *testing.T) {
 	}
 }
 
+// TestCheckLockFDRefusesAFIFO: the check on the open descriptor, which
+// holds when a FIFO replaces the lock file between the lstat and the open,
+// refuses it.
+func TestCheckLockFDRefusesAFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), LockFileName)
+	mustNoErr(t, unix.Mkfifo(path, 0o600))
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if err := checkLockFD(path, fd); err == nil || !strings.Contains(err.Error(), "a FIFO") {
+		t.Errorf("checkLockFD of a FIFO = %v, want an error saying it is a FIFO", err)
+	}
+}
+
 // TestRootLockKeepsTheHolderOnAFailedLock: a second lock attempt does not
 // truncate the file before it holds the lock, so the holder's PID stays.
 func TestRootLockKeepsTheHolderOnAFailedLock(t *testing.T) {
