@@ -46,7 +46,7 @@ var Endpoints = []Endpoint{
 	{Pattern: LivezPath + "/ping", Access: AccessOpen, Doc: "The ping check alone."},
 	{Pattern: LivezPath + "/lifecycle-steps", Access: AccessOpen, Doc: "The lifecycle-steps check alone."},
 	{Pattern: LivezPath + "/pod-watch", Access: AccessOpen, Doc: "The pod-watch check alone."},
-	{Pattern: "GET /readyz", Access: AccessOpen, Doc: "Readiness: 200 once the agent owns its Node, rebuilt its state from disk and synced its caches; 503 with the reason otherwise."},
+	{Pattern: "GET /readyz", Access: AccessOpen, Doc: "Readiness: 200 once the agent owns its Node (with --register-node: registered it), rebuilt its state from disk and synced its caches; 503 with the reason otherwise, e.g. node <name> not registered yet."},
 	{Pattern: "GET " + VolumesPath, Access: AccessAuthorized, Doc: "Every volume the agent holds: driver, handle, stage state, pods and their publish state, last errors, stats (JSON)."},
 	{Pattern: "GET " + DriversPath, Access: AccessAuthorized, Doc: "Every registered CSI driver: endpoint, versions, node ID, topology, capabilities (JSON)."},
 	{Pattern: "GET " + ReconstructionPath, Access: AccessAuthorized, Doc: "What the agent found on disk at start: staged and published volumes, intact or not, failures (JSON)."},

@@ -90,7 +90,8 @@ type ReconstructionStatus struct {
 
 // Handler serves /metrics (Prometheus), /healthz and /livez (the named
 // liveness checks of livenessChecks), /readyz (Ready; the body says why
-// not, e.g. the Node does not carry OwnerLabel) and the
+// not, e.g. the Node is not registered yet or does not carry OwnerLabel)
+// and the
 // JSON status API: VolumesPath, DriversPath and ReconstructionPath; with
 // Config.Profiling also /debug/pprof/. It checks no credentials: whoever
 // reaches it may tear volumes down (the pod API). Run serves it on the API
@@ -107,6 +108,12 @@ func (vm *VolumeManager) register(mux *routes) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(vm.Metrics(), promhttp.HandlerOpts{}))
 	vm.installLiveness(mux)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if vm.node != nil {
+			if registering, reason := vm.node.Registering(); registering {
+				http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+				return
+			}
+		}
 		if owned, reason := vm.NodeOwned(); !owned {
 			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 			return

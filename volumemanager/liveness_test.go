@@ -31,7 +31,13 @@ type tcpProxy struct {
 
 func startProxy(t *testing.T, target string) *tcpProxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return startProxyOn(t, "127.0.0.1:0", target)
+}
+
+// startProxyOn is startProxy listening on addr.
+func startProxyOn(t *testing.T, addr, target string) *tcpProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

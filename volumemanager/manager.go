@@ -207,9 +207,19 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.factory != nil {
 		vm.factory.Start(ctx.Done())
 	}
+	// The API socket and the health checks are served from the start, also
+	// while the Node is being registered through an API server outage: the
+	// exec probes ask the socket, /livez passes while the agent merely
+	// waits, and /readyz fails saying why (the kubelet's behaviour). A
+	// liveness probe that failed there would restart the agent into the
+	// same wait, into a CrashLoopBackOff that outlasts the outage.
+	var wg sync.WaitGroup
+	stopServing := vm.serveHTTP(ctx, &wg)
 	if vm.node != nil {
 		// The Node goes first: driver registration writes into it.
 		if err := vm.node.Register(ctx); err != nil && ctx.Err() == nil {
+			stopServing()
+			wg.Wait()
 			return err
 		}
 	}
@@ -222,7 +232,6 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	defer stopRun(nil)
 	driversCtx, stopDrivers := context.WithCancel(context.WithoutCancel(runCtx))
 	defer stopDrivers()
-	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	part := func(name string, run func() error) {
 		wg.Go(func() {
@@ -246,7 +255,6 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 		wg.Go(func() { vm.ensureCSINode(runCtx) })
 		wg.Go(func() { vm.runAllocatable(runCtx) })
 	}
-	stopServing := vm.serveHTTP(ctx, &wg)
 	logger.Info("csi-volmgr running", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir,
 		"registrationDir", vm.cfg.RegistrationDir, "socket", SocketPath(vm.cfg.RootDir),
 		"httpEndpoint", vm.cfg.HTTPEndpoint, "version", vm.cfg.Version)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
@@ -144,6 +145,46 @@ type nodeKeeper struct {
 	// nc is the running node controller; stop ends it.
 	nc   *node.NodeController
 	stop context.CancelFunc
+
+	// first is the progress of the first Register, for /readyz.
+	first firstRegistration
+}
+
+// firstRegistration is what /readyz tells of the first Register while it
+// retries (e.g. through an API server outage at start).
+type firstRegistration struct {
+	// mu protects the fields below.
+	mu sync.Mutex
+	// done is set when the first Register returned.
+	done bool
+	// lastErr is the error of its last failed try.
+	lastErr error
+}
+
+func (r *firstRegistration) failed(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastErr = err
+}
+
+func (r *firstRegistration) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done, r.lastErr = true, nil
+}
+
+// Registering tells whether the first Register has not returned yet and,
+// while it has not, why the Node is not registered.
+func (k *nodeKeeper) Registering() (bool, string) {
+	k.first.mu.Lock()
+	defer k.first.mu.Unlock()
+	if k.first.done {
+		return false, ""
+	}
+	if k.first.lastErr == nil {
+		return true, fmt.Sprintf("node %s not registered yet: registering it (--register-node)", k.name)
+	}
+	return true, fmt.Sprintf("node %s not registered yet (--register-node), will retry: %v", k.name, k.first.lastErr)
 }
 
 func newNodeKeeper(client kubernetes.Interface, name string, leaseDuration, statusInterval time.Duration) *nodeKeeper {
@@ -226,8 +267,12 @@ func (k *nodeKeeper) addMissingTaints(ctx context.Context, existing *corev1.Node
 // another agent holds the Node's Lease, Register waits until it is
 // renewed (that agent serves the Node: Register logs it, holds the Gate
 // closed for good and returns nil) or expires (Register takes it over).
+//
+// Until the first Register returns, Registering says it is in progress,
+// with the error of its last try.
 func (k *nodeKeeper) Register(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	defer k.first.finish()
 	if err := k.watch(ctx); err != nil {
 		return fmt.Errorf("registering Node %s: %w", k.name, err)
 	}
@@ -257,6 +302,7 @@ func (k *nodeKeeper) Register(ctx context.Context) error {
 		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err):
 			return fmt.Errorf("registering Node %s: %w", k.name, err)
 		}
+		k.first.failed(err)
 		logger.Error(err, "Registering the Node failed; will retry", "node", k.name, "delay", delay)
 		select {
 		case <-ctx.Done():

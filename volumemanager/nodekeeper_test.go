@@ -234,6 +234,10 @@ func TestRegisterOutlastsAnAPIServerOutage(t *testing.T) {
 		t.Fatalf("Register returned during the outage: %v", err)
 	case <-time.After(time.Second):
 	}
+	// /readyz's reason meanwhile: not registered yet, and the last error.
+	if pending, reason := n.Registering(); !pending || !strings.Contains(reason, "node "+name+" not registered yet") || !strings.Contains(reason, "refused") {
+		t.Errorf("Registering during the outage = %v, %q; want true, saying the Node is not registered yet and why", pending, reason)
+	}
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +245,9 @@ func TestRegisterOutlastsAnAPIServerOutage(t *testing.T) {
 	case err := <-registered:
 		if err != nil {
 			t.Fatalf("Register after the outage: %v", err)
+		}
+		if pending, reason := n.Registering(); pending {
+			t.Errorf("Registering after Register returned = true, %q", reason)
 		}
 	case <-time.After(nodeWaitTimeout):
 		t.Fatal("Register did not return once the API server was back")
