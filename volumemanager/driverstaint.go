@@ -165,6 +165,11 @@ func (k *nodeKeeper) syncTaint(ctx context.Context, logger klog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("reading Node %s: %w", k.name, err)
 	}
+	if err := k.checkWrite(node); err != nil {
+		// The owner Gate said why, once; the Node's next change asks again.
+		logger.V(2).Info("Not changing the drivers taint of a Node the agent does not serve", "reason", err.Error())
+		return nil
+	}
 	missing := k.drivers.missing()
 	want := len(missing) > 0
 	has := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintDriversNotReady })

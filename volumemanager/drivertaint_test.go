@@ -103,6 +103,22 @@ func TestExpectedDriversTaint(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "the taint back once the driver went away", tainted(true))
+
+	// An operator takes the Node from the agent: the agent no longer
+	// changes its taints, whatever its drivers do.
+	p = plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir})
+	poll(t, "the taint removed once the driver registered again", tainted(false))
+	setOwnerLabel(t, f, false)
+	time.Sleep(time.Second) // the keeper's watch sees the label go
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	quiet(t, 5*time.Second, func() string {
+		if ok, _ := tainted(false)(t.Context()); !ok {
+			return "the drivers taint changed on a Node the agent no longer serves"
+		}
+		return ""
+	})
 }
 
 // TestExpectedDriversAsNode: acting as its Node (NodeIdentity, under the
