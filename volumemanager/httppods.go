@@ -40,7 +40,9 @@ const (
 //	                                                    504 with the current state when the timeout ends first
 //	POST /api/v1/pods/{namespace}/{name}/containers-stopped?uid=U
 //	                                                    the runtime's "the pod's containers stopped" (202)
-//	PUT  /api/v1/running-pods {"uids": [...]}         the runtime's report of the pods it still runs (204)
+//	POST /api/v1/running-pods/begin                    the mark of a report, right before the runtime lists its pods
+//	PUT  /api/v1/running-pods {"mark": M, "uids": [...]}
+//	                                                    the runtime's report of the pods it still runs (204)
 func (vm *VolumeManager) registerPodAPI(mux *routes) {
 	mux.HandleFunc("GET "+PodsPath, func(w http.ResponseWriter, _ *http.Request) {
 		out := []PodVolumes{}
@@ -58,6 +60,7 @@ func (vm *VolumeManager) registerPodAPI(mux *routes) {
 	})
 	mux.HandleFunc("GET "+PodsPath+"/{namespace}/{name}", vm.getPod)
 	mux.HandleFunc("POST "+PodsPath+"/{namespace}/{name}/containers-stopped", vm.postContainersStopped)
+	mux.HandleFunc("POST "+RunningPodsBeginPath, vm.postRunningPodsBegin)
 	mux.HandleFunc("PUT "+RunningPodsPath, vm.putRunningPods)
 }
 
