@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"errors"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
@@ -77,6 +78,13 @@ func (m *Manager) ContainersStopped(uid types.UID) {
 	}
 	m.pop.ContainersStopped(uid)
 }
+
+// SourcePod returns the pod as the agent's source of pods has it (the API
+// server's cache of the node's pods, or the manifests in standalone mode);
+// false once it is gone from there (deleted, force-deleted, garbage
+// collected, its manifest removed) or before it is cached. The pod is
+// shared with the cache: never modify it.
+func (m *Manager) SourcePod(uid types.UID) (*corev1.Pod, bool) { return m.pop.SourcePod(uid) }
 
 // RunningPods gives the runtime's report of the pods whose containers it
 // still runs (Config.WaitForContainersStopped; ignored otherwise): a pod

@@ -116,7 +116,8 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 	}
 
 	// With the grant, the API answers over TCP (get and create): the
-	// signal for a pod without volumes, which unmounts nothing.
+	// signal for a live pod without volumes, which the agent refuses (409,
+	// not 401 or 403: authorized).
 	if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+volumemanager.PodsPath+"/"+f.Namespace+"/app", allowed); code != http.StatusOK {
 		t.Errorf("GET the pod over TCP with the granted token answered %d, want 200", code)
 	}
@@ -127,8 +128,8 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+"/api/v1/pods/"+f.Namespace+"/other/containers-stopped?uid="+string(other.UID), allowed); code != http.StatusAccepted {
-		t.Errorf("POST containers-stopped over TCP with the granted token answered %d, want 202", code)
+	if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+"/api/v1/pods/"+f.Namespace+"/other/containers-stopped?uid="+string(other.UID), allowed); code != http.StatusConflict {
+		t.Errorf("POST containers-stopped of a live pod over TCP with the granted token answered %d, want 409", code)
 	}
 
 	// Deleted gracefully: the volume stays until the runtime's signal,

@@ -114,6 +114,13 @@ func (n *runtimeNode) wantAwaitingGauge(t *testing.T, want int) {
 	}
 }
 
+// postStopped sends containers-stopped of the pod name with uid and
+// returns the status code.
+func (n *runtimeNode) postStopped(t *testing.T, name string, uid types.UID) int {
+	t.Helper()
+	return call(t, http.DefaultClient, http.MethodPost, n.api.URL+volumemanager.PodsPath+"/"+n.f.Namespace+"/"+name+"/containers-stopped?uid="+string(uid), "")
+}
+
 // beginRunningPods asks for the mark of a running-pods report over HTTP,
 // as a runtime right before it lists its pods.
 func (n *runtimeNode) beginRunningPods(t *testing.T) string {
@@ -194,7 +201,11 @@ func TestForceDeletedPodsKeepTheirVolumesUntilTheRuntimeReleasesThem(t *testing.
 		t.Fatal("NodeUnpublishVolume before the runtime's word")
 	}
 
-	// The signal by UID, for a pod the API server no longer has.
+	// The signal by UID, for a pod the API server no longer has: under
+	// its own name only.
+	if code := n.postStopped(t, "b", a.UID); code != http.StatusConflict {
+		t.Fatalf("containers-stopped of a under b's name answered %d, want 409", code)
+	}
 	resp, err := http.Post(n.api.URL+volumemanager.PodsPath+"/"+n.f.Namespace+"/a/containers-stopped?uid="+string(a.UID), "", nil)
 	if err != nil {
 		t.Fatal(err)
