@@ -44,7 +44,7 @@ func TestChartOptions(t *testing.T) {
 		t.Errorf("tolerations (-want +got):\n%s", d)
 	}
 	wantArgs := []string{
-		"run", "--node-name=edge-$(NODE_NAME)", "--node-identity", "--root-dir=/srv/csi-volmgr", "--registration-dir=/registration",
+		"run", "--node-name=edge-$(NODE_NAME)", "--wait-for-containers-stopped", "--node-identity", "--root-dir=/srv/csi-volmgr", "--registration-dir=/registration",
 		"--http-endpoint=:9810", "--v=4", "--logging-format=json", "--expected-drivers=hostpath.csi.k8s.io",
 	}
 	if d := cmp.Diff(wantArgs, c.Args); d != "" {
@@ -85,7 +85,8 @@ func TestChartOptions(t *testing.T) {
 		}
 	}
 
-	// registerNode: false leaves out the flag (above); the agent acts as
+	// registerNode: false leaves out the flag and waits for the runtime
+	// (--wait-for-containers-stopped, above); the agent acts as
 	// its Node either way, with no grant but the bootstrap binding of its
 	// ServiceAccount.
 	crb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-bootstrap"))
