@@ -48,8 +48,8 @@ type RunningPodsReport struct {
 	// older than a pod the runtime started since, and release its volumes
 	// under its running containers.
 	Mark string `json:"mark"`
-	// UIDs are the pods whose containers the runtime runs now; an empty
-	// list says it runs none. Required.
+	// UIDs are the pods whose containers the runtime runs or is starting
+	// as it lists them; an empty list says it runs none. Required.
 	UIDs []types.UID `json:"uids"`
 }
 
