@@ -20,16 +20,17 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
-// runtimeAPIRoleName is the ClusterRole deploy/base documents for callers
-// of the agent's TCP API.
-const runtimeAPIRoleName = "csi-volmgr-runtime-api"
+// runtimeAPIRoleName is the ClusterRole deploy/base documents for readers
+// of the agent's TCP API (get on nodes/csi-volmgr); the runtime's word
+// (create, update) is csi-volmgr-runtime-api's.
+const runtimeAPIRoleName = "csi-volmgr-api-reader"
 
 var (
 	runtimeAPIRoleMu    sync.Mutex
 	runtimeAPIRoleRules []rbacv1.PolicyRule
 )
 
-// runtimeAPIRules returns the rules of the ClusterRole csi-volmgr-runtime-api
+// runtimeAPIRules returns the rules of the ClusterRole csi-volmgr-api-reader
 // as deploy/base renders it, rendered once per test binary.
 func runtimeAPIRules(tb testing.TB) []rbacv1.PolicyRule {
 	tb.Helper()
@@ -44,10 +45,11 @@ func runtimeAPIRules(tb testing.TB) []rbacv1.PolicyRule {
 
 // runtimeAPIAnswers asks the agent's TCP endpoint for its volumes as a
 // runtime beside it would: without a token the answer is 401; with the
-// token of a ServiceAccount bound to csi-volmgr-runtime-api, which the
+// token of a ServiceAccount bound to csi-volmgr-api-reader, which the
 // agent reviews with the API server (TokenReview, SubjectAccessReview, as
 // its Node: rights of every node, no RBAC), the answer lists the pod's
-// volume.
+// volume, and a running-pods report with it is refused (403): reading
+// does not give the runtime's word.
 func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	t, c, ns := s.t, s.f.Client, s.f.Namespace
 	url := "http://" + s.agent.HTTPEndpoint + volumemanager.VolumesPath
@@ -109,6 +111,20 @@ func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 		}
 		if len(vols) != 1 || vols[0].Handle != s.Handle {
 			return fmt.Errorf("GET %s listed %+v, want the volume %s", url, vols, s.Handle)
+		}
+		put := "http://" + s.agent.HTTPEndpoint + volumemanager.RunningPodsPath
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, put, strings.NewReader(`{"mark": "x.0", "uids": []}`))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			return fmt.Errorf("PUT %s with the reader's token answered %d, want 403", put, resp.StatusCode)
 		}
 		return nil
 	})

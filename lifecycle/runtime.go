@@ -1,6 +1,9 @@
 package lifecycle
 
 import (
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
@@ -76,6 +79,13 @@ func (m *Manager) ContainersStopped(uid types.UID) {
 	m.pop.ContainersStopped(uid)
 }
 
+// SourcePod returns the pod as the agent's source of pods has it (the API
+// server's cache of the node's pods, or the manifests in standalone mode);
+// false once it is gone from there (deleted, force-deleted, garbage
+// collected, its manifest removed) or before it is cached. The pod is
+// shared with the cache: never modify it.
+func (m *Manager) SourcePod(uid types.UID) (*corev1.Pod, bool) { return m.pop.SourcePod(uid) }
+
 // RunningPods gives the runtime's report of the pods whose containers it
 // still runs (Config.WaitForContainersStopped; ignored otherwise): a pod
 // that left the desired state before the report and is not in it — or
@@ -91,11 +101,48 @@ func (m *Manager) RunningPods(uids []types.UID) {
 // list was taken, so the report (the returned function) does not release
 // it.
 func (m *Manager) BeginRunningPods() func(uids []types.UID) {
-	if m.holds == nil {
-		return func([]types.UID) {}
+	mark := m.RunningPodsMark()
+	return func(uids []types.UID) {
+		// A mark of this Manager's own is never later than the latest.
+		_ = m.RunningPodsAsOf(mark, uids)
 	}
-	mark := m.holds.Mark()
-	return func(uids []types.UID) { m.holds.RunningAsOf(mark, uids) }
+}
+
+// RunningPodsMark is BeginRunningPods for a runtime that reports in
+// another call (the HTTP API): it returns the mark that dates the report —
+// the number of pods that left the desired state so far, never smaller
+// than a mark returned before — to give RunningPodsAsOf with the list
+// taken after it. 0 without Config.WaitForContainersStopped.
+func (m *Manager) RunningPodsMark() uint64 {
+	if m.holds == nil {
+		return 0
+	}
+	return m.holds.Mark()
+}
+
+// ErrMarkNotIssued is returned by RunningPodsAsOf for a mark later than any
+// RunningPodsMark returned: it would date the report after pods that
+// left — and may have started — after the list was taken.
+var ErrMarkNotIssued = errors.New("the mark is later than any the agent issued")
+
+// RunningPodsAsOf records the runtime's report of the pods it still runs,
+// listed after RunningPodsMark returned mark: a pod that left the desired
+// state after the mark is not released by it, so that a report that was
+// on its way while the pod started and was force-deleted keeps its
+// volumes. A report older than the latest one is dropped. It fails with
+// ErrMarkNotIssued, and records nothing, for a mark never issued.
+func (m *Manager) RunningPodsAsOf(mark uint64, uids []types.UID) error {
+	if m.holds == nil {
+		if mark != 0 {
+			return ErrMarkNotIssued
+		}
+		return nil
+	}
+	if mark > m.holds.Mark() {
+		return ErrMarkNotIssued
+	}
+	m.holds.RunningAsOf(mark, uids)
+	return nil
 }
 
 // AwaitingRuntime says whether the pod left the desired state and its

@@ -24,9 +24,12 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
-// runtimeAPIRole is the ClusterRole deploy/base documents for callers of
-// the TCP endpoint's API.
-const runtimeAPIRole = "../deploy/base/rbac-runtime-api.yaml"
+// The ClusterRoles deploy/base documents for callers of the TCP endpoint's
+// API: the reader's (get) and the runtime's word (create, update).
+const (
+	apiReaderRole  = "../deploy/base/rbac-api-reader.yaml"
+	runtimeAPIRole = "../deploy/base/rbac-runtime-api.yaml"
+)
 
 // TestRuntimeAPINeedsCredentials runs the volume manager for a runtime
 // (WaitForContainersStopped) with a TCP endpoint against a real API
@@ -56,10 +59,14 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 		t.Errorf("API socket %s: mode %v, owner %d; want a socket of mode 0600 owned by root", socket, fi.Mode(), st.Uid)
 	}
 
-	// The callers: a runtime's ServiceAccount bound to the documented
-	// ClusterRole, and one without it.
+	// The callers: a runtime's ServiceAccount bound to both documented
+	// ClusterRoles, a reader bound to the read-only one, and one without
+	// either.
 	allowed, stranger := serviceAccountToken(t, f, "runtime"), serviceAccountToken(t, f, "stranger")
-	bindRuntimeAPIRole(t, f, "runtime")
+	reader := serviceAccountToken(t, f, "reader")
+	bindRole(t, f, "runtime", apiReaderRole, "get")
+	bindRole(t, f, "runtime", runtimeAPIRole, "create")
+	bindRole(t, f, "reader", apiReaderRole, "get")
 
 	pods := f.Client.CoreV1().Pods(f.Namespace)
 	app, err := pods.Create(ctx, &corev1.Pod{
@@ -107,6 +114,17 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 			}
 		}
 	}
+	// The reader reads, and may not give the runtime's word.
+	if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+volumemanager.PodsPath, reader); code != http.StatusOK {
+		t.Errorf("GET %s over TCP with the reader's token answered %d, want 200", volumemanager.PodsPath, code)
+	}
+	for _, w := range []struct{ method, path string }{
+		{http.MethodPost, stopped}, {http.MethodPost, volumemanager.RunningPodsBeginPath}, {http.MethodPut, volumemanager.RunningPodsPath},
+	} {
+		if code := call(t, http.DefaultClient, w.method, tcpURL+w.path, reader); code != http.StatusForbidden {
+			t.Errorf("%s %s over TCP with the reader's token answered %d, want 403", w.method, w.path, code)
+		}
+	}
 	time.Sleep(3 * time.Second)
 	if isMnt, err := mount.New("").IsMountPoint(target); err != nil || !isMnt {
 		t.Fatalf("volume unmounted after refused signals (mount point %v, %v)", isMnt, err)
@@ -116,7 +134,8 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 	}
 
 	// With the grant, the API answers over TCP (get and create): the
-	// signal for a pod without volumes, which unmounts nothing.
+	// signal for a live pod without volumes, which the agent refuses (409,
+	// not 401 or 403: authorized).
 	if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+volumemanager.PodsPath+"/"+f.Namespace+"/app", allowed); code != http.StatusOK {
 		t.Errorf("GET the pod over TCP with the granted token answered %d, want 200", code)
 	}
@@ -127,8 +146,8 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+"/api/v1/pods/"+f.Namespace+"/other/containers-stopped?uid="+string(other.UID), allowed); code != http.StatusAccepted {
-		t.Errorf("POST containers-stopped over TCP with the granted token answered %d, want 202", code)
+	if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+"/api/v1/pods/"+f.Namespace+"/other/containers-stopped?uid="+string(other.UID), allowed); code != http.StatusConflict {
+		t.Errorf("POST containers-stopped of a live pod over TCP with the granted token answered %d, want 409", code)
 	}
 
 	// Deleted gracefully: the volume stays until the runtime's signal,
@@ -224,14 +243,14 @@ func serviceAccountToken(t *testing.T, f *k8stest.Fixture, name string) string {
 	return tr.Status.Token
 }
 
-// bindRuntimeAPIRole creates deploy/base's ClusterRole for callers of the
-// TCP API under a name of the test, binds it to the ServiceAccount sa and
-// waits until the API server's authorizer allows it (the agent would
-// cache a denial).
-func bindRuntimeAPIRole(t *testing.T, f *k8stest.Fixture, sa string) {
+// bindRole creates the ClusterRole of deploy/base's file under a name of
+// the test and the ServiceAccount sa, binds it to sa and waits until the
+// API server's authorizer allows sa verb on the agent's Node's
+// nodes/csi-volmgr (the agent would cache a denial).
+func bindRole(t *testing.T, f *k8stest.Fixture, sa, file, verb string) {
 	t.Helper()
 	ctx := t.Context()
-	data, err := os.ReadFile(filepath.FromSlash(runtimeAPIRole))
+	data, err := os.ReadFile(filepath.FromSlash(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +258,7 @@ func bindRuntimeAPIRole(t *testing.T, f *k8stest.Fixture, sa string) {
 	if err := yaml.Unmarshal(data, &role); err != nil {
 		t.Fatal(err)
 	}
-	role.ObjectMeta = metav1.ObjectMeta{Name: f.Namespace + "-" + role.Name}
+	role.ObjectMeta = metav1.ObjectMeta{Name: f.Namespace + "-" + sa + "-" + role.Name}
 	rbac := f.Client.RbacV1()
 	if _, err := rbac.ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -260,7 +279,7 @@ func bindRuntimeAPIRole(t *testing.T, f *k8stest.Fixture, sa string) {
 	poll(t, "the API server to authorize "+user, func(ctx context.Context) (bool, error) {
 		got, err := f.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes", Subresource: "csi-volmgr", Name: f.NodeName},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "nodes", Subresource: "csi-volmgr", Name: f.NodeName},
 		}}, metav1.CreateOptions{})
 		return err == nil && got.Status.Allowed, nil
 	})

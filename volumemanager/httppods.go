@@ -39,8 +39,11 @@ const (
 //	     ...&wait=mounted|unmounted[&timeout=2m]        the same once the pod's volumes are published (unpublished);
 //	                                                    504 with the current state when the timeout ends first
 //	POST /api/v1/pods/{namespace}/{name}/containers-stopped?uid=U
-//	                                                    the runtime's "the pod's containers stopped" (202)
-//	PUT  /api/v1/running-pods {"uids": [...]}         the runtime's report of the pods it still runs (204)
+//	                                                    the runtime's "the pod's containers stopped" (202) of a pod
+//	                                                    being deleted or gone (409 for a live pod or another name)
+//	POST /api/v1/running-pods/begin                    the mark of a report, right before the runtime lists its pods
+//	PUT  /api/v1/running-pods {"mark": M, "uids": [...]}
+//	                                                    the runtime's report of the pods it still runs (204)
 func (vm *VolumeManager) registerPodAPI(mux *routes) {
 	mux.HandleFunc("GET "+PodsPath, func(w http.ResponseWriter, _ *http.Request) {
 		out := []PodVolumes{}
@@ -58,6 +61,7 @@ func (vm *VolumeManager) registerPodAPI(mux *routes) {
 	})
 	mux.HandleFunc("GET "+PodsPath+"/{namespace}/{name}", vm.getPod)
 	mux.HandleFunc("POST "+PodsPath+"/{namespace}/{name}/containers-stopped", vm.postContainersStopped)
+	mux.HandleFunc("POST "+RunningPodsBeginPath, vm.postRunningPodsBegin)
 	mux.HandleFunc("PUT "+RunningPodsPath, vm.putRunningPods)
 }
 
@@ -111,18 +115,6 @@ func (vm *VolumeManager) getPod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, p)
-}
-
-func (vm *VolumeManager) postContainersStopped(w http.ResponseWriter, r *http.Request) {
-	uid := types.UID(r.URL.Query().Get(queryUID))
-	if uid == "" {
-		// A name alone could name the pod's successor, whose volumes must stay.
-		http.Error(w, "the pod's uid is required", http.StatusBadRequest)
-		return
-	}
-	// By UID, whatever the API server (still) says of the pod.
-	vm.ContainersStopped(uid)
-	w.WriteHeader(http.StatusAccepted)
 }
 
 // waitTimeout reads the timeout parameter.

@@ -56,6 +56,9 @@ type VolumeManager struct {
 	guard            *apiauth.Guard
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
+	// runID names this run of the agent in the marks of the running-pods
+	// reports (RunningPodsBeginPath): a mark of another run is refused.
+	runID string
 	// lock is held on the root directory from New until Run returns.
 	lock *rootLock
 }
@@ -85,7 +88,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	if err := checkWritable(cfg.RootDir); err != nil {
 		return nil, err
 	}
-	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics()}
+	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics(), runID: newRunID()}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
 	if err := vm.newBackend(ctx); err != nil {
 		return nil, err

@@ -244,7 +244,11 @@ func supplementalGroups(vols []MountedVolume) []int64 {
 // containers are gone, then WaitForUnmount. It never blocks.
 //
 // The signal counts whatever the API server says: for a pod force-deleted
-// from it, and for a pod whose volumes were found on disk at start.
+// from it, and for a pod whose volumes were found on disk at start. It is
+// the embedding runtime's own word and is not checked; a live pod it names
+// leaves the desired state. Its HTTP form (POST
+// /api/v1/pods/{namespace}/{name}/containers-stopped) is taken only for a
+// pod being deleted, terminal or gone, under its own namespace and name.
 func (vm *VolumeManager) ContainersStopped(uid types.UID) { vm.manager.ContainersStopped(uid) }
 
 // RunningPods gives the volume manager the UIDs of every pod whose

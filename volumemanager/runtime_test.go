@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
@@ -113,6 +114,26 @@ func TestTeardownWaitsForTheRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// containers-stopped is refused for a live pod (the API server has it,
+	// not marked for deletion), for a UID that is another pod's, and for a
+	// UID the agent does not know: nothing is torn down.
+	stopped := func(name string, uid types.UID) string {
+		return api.URL + "/api/v1/pods/" + f.Namespace + "/" + name + "/containers-stopped?uid=" + string(uid)
+	}
+	for _, tc := range []struct {
+		why, url string
+		want     int
+	}{
+		{"a live pod", stopped("app", app.UID), http.StatusConflict},
+		{"another pod's UID", stopped("broken", app.UID), http.StatusConflict},
+		{"the pod's UID in another namespace", api.URL + "/api/v1/pods/other/app/containers-stopped?uid=" + string(app.UID), http.StatusConflict},
+		{"an unknown UID", stopped("app", "no-such-uid"), http.StatusNotFound},
+	} {
+		if code := call(t, http.DefaultClient, http.MethodPost, tc.url, ""); code != tc.want {
+			t.Errorf("POST containers-stopped for %s answered %d, want %d", tc.why, code, tc.want)
+		}
+	}
+
 	// Marked for deletion: the runtime's containers may still run, so the
 	// volume stays. A pod created after the deletion and seen ready shows
 	// the agent has processed the deletion's event too.
@@ -127,6 +148,10 @@ func TestTeardownWaitsForTheRuntime(t *testing.T) {
 	}
 	if slices.Contains(n.okCalls(t), "NodeUnpublishVolume") {
 		t.Fatal("NodeUnpublishVolume before the runtime said the containers stopped")
+	}
+
+	if code := call(t, http.DefaultClient, http.MethodPost, stopped("broken", app.UID), ""); code != http.StatusConflict {
+		t.Errorf("POST containers-stopped of a deleting pod under another name answered %d, want 409", code)
 	}
 
 	// The runtime says its containers stopped, then waits for the unmount.

@@ -2,6 +2,7 @@ package volumemanager_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -113,6 +114,42 @@ func (n *runtimeNode) wantAwaitingGauge(t *testing.T, want int) {
 	}
 }
 
+// postStopped sends containers-stopped of the pod name with uid and
+// returns the status code.
+func (n *runtimeNode) postStopped(t *testing.T, name string, uid types.UID) int {
+	t.Helper()
+	return call(t, http.DefaultClient, http.MethodPost, n.api.URL+volumemanager.PodsPath+"/"+n.f.Namespace+"/"+name+"/containers-stopped?uid="+string(uid), "")
+}
+
+// beginRunningPods asks for the mark of a running-pods report over HTTP,
+// as a runtime right before it lists its pods.
+func (n *runtimeNode) beginRunningPods(t *testing.T) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, n.api.URL+volumemanager.RunningPodsBeginPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m volumemanager.RunningPodsMark
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != http.StatusOK || m.Mark == "" {
+		t.Fatalf("POST %s: %s, %+v, %v; want 200 and a mark", volumemanager.RunningPodsBeginPath, resp.Status, m, err)
+	}
+	return m.Mark
+}
+
+// report is the body of a running-pods report of mark with uids.
+func report(mark string, uids ...types.UID) string {
+	b, err := json.Marshal(volumemanager.RunningPodsReport{Mark: mark, UIDs: append([]types.UID{}, uids...)})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
 func (n *runtimeNode) putRunningPods(t *testing.T, body string) int {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, n.api.URL+volumemanager.RunningPodsPath, strings.NewReader(body))
@@ -164,7 +201,11 @@ func TestForceDeletedPodsKeepTheirVolumesUntilTheRuntimeReleasesThem(t *testing.
 		t.Fatal("NodeUnpublishVolume before the runtime's word")
 	}
 
-	// The signal by UID, for a pod the API server no longer has.
+	// The signal by UID, for a pod the API server no longer has: under
+	// its own name only.
+	if code := n.postStopped(t, "b", a.UID); code != http.StatusConflict {
+		t.Fatalf("containers-stopped of a under b's name answered %d, want 409", code)
+	}
 	resp, err := http.Post(n.api.URL+volumemanager.PodsPath+"/"+n.f.Namespace+"/a/containers-stopped?uid="+string(a.UID), "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -180,21 +221,30 @@ func TestForceDeletedPodsKeepTheirVolumesUntilTheRuntimeReleasesThem(t *testing.
 	wantMounted(t, targetB, true, "after the other pod's containers-stopped")
 	n.wantAwaitingGauge(t, 1)
 
-	// Bad reports change nothing.
-	for _, bad := range []string{"", "not json", "{}", `{"uids": null}`, `{"uids": [""]}`, `{"pods": []}`, `{"uids": []} {"uids": []}`} {
+	// Bad reports change nothing: among them an empty list without a
+	// mark, or with a mark the agent never issued.
+	mark := n.beginRunningPods(t)
+	run, _, _ := strings.Cut(mark, ".")
+	for _, bad := range []string{"", "not json", "{}", `{"uids": []}`, `{"mark": "` + mark + `", "uids": null}`,
+		`{"mark": "` + mark + `", "uids": [""]}`, `{"mark": "` + mark + `", "pods": []}`, report(mark) + report(mark),
+		report("not-a-mark"), report(run + ".x"), report(run + ".99999")} {
 		if code := n.putRunningPods(t, bad); code != http.StatusBadRequest {
 			t.Errorf("PUT %s %q answered %d, want 400", volumemanager.RunningPodsPath, bad, code)
 		}
 	}
+	// A mark of an earlier run of the agent (another run ID) is refused.
+	if code := n.putRunningPods(t, report("0123456789abcdef.0")); code != http.StatusConflict {
+		t.Errorf("PUT %s with a mark of another run answered %d, want 409", volumemanager.RunningPodsPath, code)
+	}
 	// A report that still has b keeps it.
-	if code := n.putRunningPods(t, `{"uids": ["`+string(b.UID)+`"]}`); code != http.StatusNoContent {
+	if code := n.putRunningPods(t, report(mark, b.UID)); code != http.StatusNoContent {
 		t.Fatalf("PUT %s answered %d, want 204", volumemanager.RunningPodsPath, code)
 	}
 	time.Sleep(2 * time.Second)
 	wantMounted(t, targetB, true, "after a report that has the pod")
 	n.waitAwaiting(t, b.UID, "no longer in the API server")
 	// One without it releases it.
-	if code := n.putRunningPods(t, `{"uids": []}`); code != http.StatusNoContent {
+	if code := n.putRunningPods(t, report(n.beginRunningPods(t))); code != http.StatusNoContent {
 		t.Fatalf("PUT %s answered %d, want 204", volumemanager.RunningPodsPath, code)
 	}
 	if err := n.vm.WaitForUnmount(ctx, b); err != nil {
@@ -231,4 +281,38 @@ func TestPodFoundOnDiskAfterARestartWaitsForTheRuntime(t *testing.T) {
 	wantMounted(t, target, false, "after a report without the pod")
 	n.wantAwaitingGauge(t, 0)
 	poll(t, "the unstage", func(context.Context) (bool, error) { return len(n.vm.Volumes()) == 0, nil })
+}
+
+// TestStaleRunningPodsReportKeepsAPodStartedAfterItsList: the race of a
+// report over HTTP. The runtime takes its mark and lists its pods; then
+// pod P starts (its volume published) and is force-deleted; then the
+// report, taken before P started and so without it, arrives. It releases
+// nothing of P, whose containers run: the volume stays mounted. A report
+// listed after P left, without P, releases it.
+func TestStaleRunningPodsReportKeepsAPodStartedAfterItsList(t *testing.T) {
+	n := startRuntimeNode(t)
+	mark := n.beginRunningPods(t) // the runtime lists its pods: none
+	p, target := n.publishedPod(t, "p")
+	n.forceDelete(t, p)
+	n.waitAwaiting(t, p.UID, "no longer in the API server")
+
+	if code := n.putRunningPods(t, report(mark)); code != http.StatusNoContent {
+		t.Fatalf("PUT %s of the stale list answered %d, want 204", volumemanager.RunningPodsPath, code)
+	}
+	time.Sleep(3 * time.Second)
+	wantMounted(t, target, true, "after a report listed before the pod started")
+	if slices.Contains(n.okCalls(t), "NodeUnpublishVolume") {
+		t.Fatal("NodeUnpublishVolume after a report listed before the pod started")
+	}
+	n.waitAwaiting(t, p.UID, "no longer in the API server")
+	n.wantAwaitingGauge(t, 1)
+
+	if code := n.putRunningPods(t, report(n.beginRunningPods(t))); code != http.StatusNoContent {
+		t.Fatalf("PUT %s answered %d, want 204", volumemanager.RunningPodsPath, code)
+	}
+	if err := n.vm.WaitForUnmount(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	wantMounted(t, target, false, "after a report listed after the pod left")
+	n.wantAwaitingGauge(t, 0)
 }

@@ -44,7 +44,7 @@ func TestChartOptions(t *testing.T) {
 		t.Errorf("tolerations (-want +got):\n%s", d)
 	}
 	wantArgs := []string{
-		"run", "--node-name=edge-$(NODE_NAME)", "--node-identity", "--root-dir=/srv/csi-volmgr", "--registration-dir=/registration",
+		"run", "--node-name=edge-$(NODE_NAME)", "--wait-for-containers-stopped", "--node-identity", "--root-dir=/srv/csi-volmgr", "--registration-dir=/registration",
 		"--http-endpoint=:9810", "--v=4", "--logging-format=json", "--expected-drivers=hostpath.csi.k8s.io",
 	}
 	if d := cmp.Diff(wantArgs, c.Args); d != "" {
@@ -85,7 +85,8 @@ func TestChartOptions(t *testing.T) {
 		}
 	}
 
-	// registerNode: false leaves out the flag (above); the agent acts as
+	// registerNode: false leaves out the flag and waits for the runtime
+	// (--wait-for-containers-stopped, above); the agent acts as
 	// its Node either way, with no grant but the bootstrap binding of its
 	// ServiceAccount.
 	crb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-bootstrap"))
@@ -94,7 +95,7 @@ func TestChartOptions(t *testing.T) {
 		t.Errorf("bootstrap binding: %v %v", crb.RoleRef, crb.Subjects)
 	}
 	for _, o := range objs {
-		if (o.GetKind() == "ClusterRole" || o.GetKind() == "Role") && !strings.HasSuffix(o.GetName(), "-runtime-api") && !strings.HasSuffix(o.GetName(), "-csr-approver") {
+		if (o.GetKind() == "ClusterRole" || o.GetKind() == "Role") && !strings.HasSuffix(o.GetName(), "-runtime-api") && !strings.HasSuffix(o.GetName(), "-api-reader") && !strings.HasSuffix(o.GetName(), "-csr-approver") {
 			t.Errorf("%s %s/%s: the agent acts as its Node and needs no role of its own", o.GetKind(), o.GetNamespace(), o.GetName())
 		}
 	}
@@ -144,10 +145,23 @@ func TestChartOptions(t *testing.T) {
 		t.Errorf("approver binding: %v %v", acrb.RoleRef, acrb.Subjects)
 	}
 
-	// runtimeAPI.subjects: bound to the runtime API's ClusterRole.
+	// runtimeAPI.subjects: bound to the runtime's write role and to the
+	// reader; apiReader.subjects to the reader only.
+	runtime := rbacv1.Subject{Kind: "ServiceAccount", Name: "runtime", Namespace: "runtime"}
+	reader := rbacv1.Subject{Kind: "User", Name: "alice"}
 	rcrb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-runtime-api"))
-	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runtime", Namespace: "runtime"}}; rcrb.RoleRef.Name != name+"-runtime-api" || !slices.Equal(rcrb.Subjects, want) {
+	if want := []rbacv1.Subject{runtime}; rcrb.RoleRef.Name != name+"-runtime-api" || !slices.Equal(rcrb.Subjects, want) {
 		t.Errorf("runtime API binding: %v %v", rcrb.RoleRef, rcrb.Subjects)
+	}
+	gcrb := k8stest.Convert[rbacv1.ClusterRoleBinding](t, mustFind(t, objs, "ClusterRoleBinding", "", name+"-api-reader"))
+	if want := []rbacv1.Subject{runtime, reader}; gcrb.RoleRef.Name != name+"-api-reader" || !slices.Equal(gcrb.Subjects, want) {
+		t.Errorf("API reader binding: %v %v", gcrb.RoleRef, gcrb.Subjects)
+	}
+	for role, verbs := range map[string][]string{name + "-runtime-api": {"create", "update"}, name + "-api-reader": {"get"}} {
+		cr := k8stest.Convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", "", role))
+		if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Verbs, verbs) || !slices.Equal(cr.Rules[0].Resources, []string{"nodes/csi-volmgr"}) {
+			t.Errorf("ClusterRole %s: %+v, want %v on nodes/csi-volmgr only", role, cr.Rules, verbs)
+		}
 	}
 }
 

@@ -43,6 +43,8 @@ registrationDir: /srv/registry
 http: {expose: true, port: 9810}
 runtimeAPI:
   subjects: [{kind: ServiceAccount, name: runtime, namespace: runtime}]
+apiReader:
+  subjects: [{kind: User, name: alice}]
 csrApprover:
   nodeSelector: {node-role.kubernetes.io/control-plane: null, example.com/trusted: "yes"}
   tolerations: [{key: example.com/trusted, operator: Exists, effect: NoSchedule}]

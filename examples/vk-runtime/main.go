@@ -126,13 +126,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	// The volume manager, embedded: the runtime says when containers stopped.
-	vm, err := volumemanager.New(klog.NewContext(ctx, logger.WithName("csi-volmgr")), volumemanager.Config{
-		NodeName: o.nodeName, RootDir: o.rootDir, RegistrationDir: o.registrationDir, KubeClient: agentClient,
-		NodeIdentity: o.nodeCertDir != "",
-		HTTPEndpoint: o.httpEndpoint, WaitForContainersStopped: true,
-		Changes: volumemanager.ChangesConfig{StatsPeriod: o.volumeStatsPeriod},
-	})
+	vm, err := volumemanager.New(klog.NewContext(ctx, logger.WithName("csi-volmgr")), volumeManagerConfig(o, agentClient))
 	if err != nil {
 		return err
 	}
@@ -227,6 +221,20 @@ func run(ctx context.Context, o options) error {
 // virtualNode is the Node the runtime registers: labelled as a
 // virtual-kubelet node, tainted, with a pod capacity, its address and
 // kubelet port.
+// volumeManagerConfig is the embedded volume manager's Config. It always
+// waits for the runtime's word (WaitForContainersStopped; the example has
+// no flag to turn it off): a pod's volumes stay mounted until its
+// processes stopped (DeletePod, GetPods), never only because the pod was
+// marked for deletion or force-deleted while they still run.
+func volumeManagerConfig(o options, client kubernetes.Interface) volumemanager.Config {
+	return volumemanager.Config{
+		NodeName: o.nodeName, RootDir: o.rootDir, RegistrationDir: o.registrationDir, KubeClient: client,
+		NodeIdentity: o.nodeCertDir != "",
+		HTTPEndpoint: o.httpEndpoint, WaitForContainersStopped: true,
+		Changes: volumemanager.ChangesConfig{StatsPeriod: o.volumeStatsPeriod},
+	}
+}
+
 func virtualNode(o options) (*corev1.Node, error) {
 	var taints []corev1.Taint
 	if o.taint != "" {

@@ -115,3 +115,12 @@ func TestStatsSummaryHandler(t *testing.T) {
 		t.Errorf("GET /stats/summary of a failing provider: %s, want 500", resp.Status)
 	}
 }
+
+// TestVolumeManagerWaitsForTheRuntime: the embedded volume manager keeps a
+// pod's volumes until the runtime says its processes stopped, whatever the
+// flags.
+func TestVolumeManagerWaitsForTheRuntime(t *testing.T) {
+	if c := volumeManagerConfig(options{nodeName: "vk"}, nil); !c.WaitForContainersStopped {
+		t.Error("the embedded volume manager does not wait for the runtime (WaitForContainersStopped)")
+	}
+}

@@ -17,8 +17,9 @@ The agent serves one HTTP API in two places:
 - `+"`--http-endpoint`"+` (TCP, default `+"`127.0.0.1:9809`"+`, empty disables it): the endpoints
   marked *open* to anyone; those marked *authorized* only to a bearer token that the API server
   authenticates (TokenReview) and authorizes (SubjectAccessReview of get, create or update — the
-  method's verb — on `+"`nodes/csi-volmgr`"+` of the agent's Node; ClusterRole
-  `+"`deploy/base/rbac-runtime-api.yaml`"+`): 401 without a valid token, 403 without the grant.
+  method's verb — on `+"`nodes/csi-volmgr`"+` of the agent's Node; ClusterRoles
+  `+"`deploy/base/rbac-api-reader.yaml`"+` for GET and `+"`deploy/base/rbac-runtime-api.yaml`"+` for
+  POST and PUT, the runtime's alone): 401 without a valid token, 403 without the grant.
   Without an API server (`+"`--manifests`"+`) the TCP endpoint serves no authorized endpoint.
 
 Endpoints marked *profiling* exist only with `+"`--profiling`"+`. How a runtime uses the pod

@@ -3,6 +3,7 @@ package populator
 import (
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -48,3 +49,8 @@ func (p *Populator) forgetSignal(uid types.UID) {
 	delete(p.stops.stopped, uid)
 	p.stops.mu.Unlock()
 }
+
+// SourcePod returns the pod as the Source has it (the API server's cache of
+// the node's pods, or the manifests): false once it is gone from there.
+// The pod is shared with the cache: never modify it.
+func (p *Populator) SourcePod(uid types.UID) (*corev1.Pod, bool) { return p.cfg.Source.Pod(uid) }
