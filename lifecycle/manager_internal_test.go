@@ -60,7 +60,7 @@ func TestDesiredStateBuiltWhileReconstructing(t *testing.T) {
 	t.Cleanup(func() { rebuildActualState = rebuild })
 
 	const nodeName, driver = "node-a", "csi.example.com"
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{nodeowner.Label: nodeowner.Value}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-a-uid", Labels: map[string]string{nodeowner.Label: nodeowner.Value}}}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-1"},
 		Spec: corev1.PersistentVolumeSpec{
