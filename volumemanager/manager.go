@@ -54,6 +54,7 @@ type VolumeManager struct {
 	// standalone mode).
 	socket, listener net.Listener
 	guard            *apiauth.Guard
+	tcpTLS           *tcpTLS
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
 	// lock is held on the root directory from New until Run returns.
