@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/servingcert"
@@ -123,7 +124,7 @@ func TestHostNames(t *testing.T) {
 	if subject != host {
 		t.Errorf("subject %q, want the host name %q", subject, host)
 	}
-	if !contains(dns, "node-a") || !contains(dns, "localhost") {
+	if !slices.Contains(dns, "node-a") || !slices.Contains(dns, "localhost") {
 		t.Errorf("names %v, want node-a and localhost", dns)
 	}
 	want := []string{"127.0.0.1", "::1", "10.1.2.3"}
@@ -142,27 +143,9 @@ func TestHostNames(t *testing.T) {
 		}
 		addrs, _ := net.InterfaceAddrs()
 		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() && !containsIP(ips, n.IP) {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() && !slices.ContainsFunc(ips, n.IP.Equal) {
 				t.Errorf("HostNames(%q) lacks the host's address %s: %v", all, n.IP, ips)
 			}
 		}
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func containsIP(ips []net.IP, ip net.IP) bool {
-	for _, x := range ips {
-		if x.Equal(ip) {
-			return true
-		}
-	}
-	return false
 }
