@@ -163,7 +163,7 @@ func startApprover(t *testing.T, env *k8stest.Env, c *corev1.Container, grants [
 			return false, fmt.Errorf("the approver exited: %w", a.ExitErr())
 		default:
 		}
-		code, _, err := get(ctx, "http://"+health+"/healthz", "")
+		code, _, err := get(ctx, http.DefaultClient, "http://"+health+"/healthz", "")
 		return err == nil && code == http.StatusOK, nil
 	})
 	if err != nil {

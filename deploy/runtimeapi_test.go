@@ -2,10 +2,12 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +18,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/servingcert"
 )
 
 // runtimeAPIRoleName is the ClusterRole deploy/base documents for readers
@@ -43,17 +47,26 @@ func runtimeAPIRules(tb testing.TB) []rbacv1.PolicyRule {
 	return runtimeAPIRoleRules
 }
 
-// runtimeAPIAnswers asks the agent's TCP endpoint for its volumes as a
-// runtime beside it would: without a token the answer is 401; with the
-// token of a ServiceAccount bound to csi-volmgr-api-reader, which the
-// agent reviews with the API server (TokenReview, SubjectAccessReview, as
-// its Node: rights of every node, no RBAC), the answer lists the pod's
-// volume, and a running-pods report with it is refused (403): reading
-// does not give the runtime's word.
+// runtimeAPIAnswers asks the agent's TCP endpoint (TLS, the agent's
+// self-signed certificate from its <root-dir>/pki as the CA) for its
+// volumes as a runtime beside it would: without a token the answer is 401;
+// with a token of a ServiceAccount bound to csi-volmgr-api-reader, which
+// the agent reviews with the API server (TokenReview, SubjectAccessReview,
+// as its Node: rights of every node, no RBAC), the answer is 401 for the
+// API server's audience and lists the pod's volume for csi-volmgr's, and a
+// running-pods report with it is refused (403): reading does not give the
+// runtime's word.
 func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	t, c, ns := s.t, s.f.Client, s.f.Namespace
-	url := "http://" + s.agent.HTTPEndpoint + volumemanager.VolumesPath
-	code, body, err := get(ctx, url, "")
+	url := "https://" + s.agent.HTTPEndpoint + volumemanager.VolumesPath
+	roots, err := certutil.NewPool(filepath.Join(s.agent.Root, "pki", servingcert.CertFileName))
+	if err != nil {
+		return fmt.Errorf("the agent's self-signed certificate: %w", err)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	code, body, err := get(ctx, client, url, "")
 	if err != nil {
 		return err
 	}
@@ -93,12 +106,23 @@ func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("waiting for the API server to authorize %s on nodes/csi-volmgr: %w", user, err)
 	}
-	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	apiToken, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating the runtime's token: %w", err)
+	}
+	if code, body, err := get(ctx, client, url, apiToken.Status.Token); err != nil {
+		return err
+	} else if code != http.StatusUnauthorized {
+		return fmt.Errorf("GET %s with a token for the API server's audience answered %d %q, want 401", url, code, body)
+	}
+	token, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"csi-volmgr"}},
+	}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating the runtime's token: %w", err)
 	}
 	return s.eventually(ctx, func(ctx context.Context) error {
-		code, body, err := get(ctx, url, tr.Status.Token)
+		code, body, err := get(ctx, client, url, token.Status.Token)
 		if err != nil {
 			return err
 		}
@@ -112,13 +136,13 @@ func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 		if len(vols) != 1 || vols[0].Handle != s.Handle {
 			return fmt.Errorf("GET %s listed %+v, want the volume %s", url, vols, s.Handle)
 		}
-		put := "http://" + s.agent.HTTPEndpoint + volumemanager.RunningPodsPath
+		put := "https://" + s.agent.HTTPEndpoint + volumemanager.RunningPodsPath
 		req, err := http.NewRequestWithContext(ctx, http.MethodPut, put, strings.NewReader(`{"mark": "x.0", "uids": []}`))
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
-		resp, err := http.DefaultClient.Do(req)
+		req.Header.Set("Authorization", "Bearer "+token.Status.Token)
+		resp, err := client.Do(req)
 		if err != nil {
 			return err
 		}
@@ -130,9 +154,9 @@ func (s *scenario) runtimeAPIAnswers(ctx context.Context) error {
 	})
 }
 
-// get asks url with the bearer token, if any, and returns the status code
-// and the body.
-func get(ctx context.Context, url, token string) (int, string, error) {
+// get asks url with client and the bearer token, if any, and returns the
+// status code and the body.
+func get(ctx context.Context, client *http.Client, url, token string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
@@ -140,7 +164,7 @@ func get(ctx context.Context, url, token string) (int, string, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", err
 	}

@@ -25,9 +25,13 @@ const SocketName = "csi-volmgr.sock"
 // it, as the kubelet's pod-resources socket.
 func SocketPath(rootDir string) string { return filepath.Join(rootDir, SocketName) }
 
-// openPaths are what the TCP endpoint serves to anyone: the metrics and
-// the health checks (with their named checks below them).
-var openPaths = []string{"/metrics", "/healthz", "/healthz/", "/livez", "/livez/", "/readyz", "/readyz/"}
+// openPaths are what the TCP endpoint serves to anyone: the health checks
+// (with their named checks below them).
+var openPaths = []string{"/healthz", "/healthz/", "/livez", "/livez/", "/readyz", "/readyz/"}
+
+// metricsPath is served to anyone on a loopback endpoint, elsewhere only
+// to callers authorized for get on nodes/metrics (AccessMetrics).
+const metricsPath = "/metrics"
 
 // guardedPaths are what the TCP endpoint serves only to callers the API
 // server authenticated and authorized (apiauth), and never without one.
@@ -35,11 +39,17 @@ var guardedPaths = []string{"/api/", "/debug/pprof/"}
 
 // tcpHandler is what the TCP endpoint serves of full: openPaths, and
 // guardedPaths through guard; with a nil guard (no API server) only
-// openPaths.
-func tcpHandler(full http.Handler, guard *apiauth.Guard) http.Handler {
+// openPaths. metricsPath is open on a loopback endpoint, elsewhere
+// guarded as nodes/metrics.
+func tcpHandler(full http.Handler, guard *apiauth.Guard, loopback bool) http.Handler {
 	mux := http.NewServeMux()
 	for _, p := range openPaths {
 		mux.Handle(p, full)
+	}
+	if loopback {
+		mux.Handle(metricsPath, full)
+	} else if guard != nil {
+		mux.Handle(metricsPath, guard.WrapAs(apiauth.MetricsSubresource, full))
 	}
 	if guard != nil {
 		guarded := guard.Wrap(full)
@@ -51,7 +61,8 @@ func tcpHandler(full http.Handler, guard *apiauth.Guard) http.Handler {
 }
 
 // listen binds the API socket and, with Config.HTTPEndpoint, the TCP
-// endpoint, and builds the TCP endpoint's guard in cluster mode. The
+// endpoint (TLS unless plaintext, apiserve_tls.go), and builds the TCP
+// endpoint's guard in cluster mode. The
 // socket is bound with unixsock (0600 from the start; a stale socket is
 // replaced, anything else at its path is an error).
 func (vm *VolumeManager) listen() error {
@@ -62,14 +73,18 @@ func (vm *VolumeManager) listen() error {
 	if vm.cfg.HTTPEndpoint == "" {
 		return nil
 	}
+	if vm.tcpTLS, err = vm.newTCPTLS(); err != nil {
+		return errors.Join(err, vm.socket.Close())
+	}
 	if vm.cfg.KubeClient != nil {
-		if vm.guard, err = apiauth.New(apiauth.Config{Client: vm.cfg.KubeClient, NodeName: vm.cfg.NodeName}); err != nil {
+		if vm.guard, err = apiauth.New(vm.guardConfig(vm.tcpTLS)); err != nil {
 			return errors.Join(err, vm.socket.Close())
 		}
 	}
 	if vm.listener, err = net.Listen("tcp", vm.cfg.HTTPEndpoint); err != nil {
 		return errors.Join(&ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", vm.cfg.HTTPEndpoint, err)}, vm.socket.Close())
 	}
+	vm.listener = vm.tcpTLS.wrap(vm.listener)
 	return nil
 }
 
@@ -92,10 +107,13 @@ func (vm *VolumeManager) serveHTTP(ctx context.Context, wg *sync.WaitGroup) (sto
 		})
 	}
 	serve("socket", vm.socket, full)
+	stopTLS := func() {}
 	if vm.listener != nil {
-		serve("tcp", vm.listener, tcpHandler(full, vm.guard))
+		stopTLS = vm.tcpTLS.start(ctx, wg)
+		serve("tcp", vm.listener, tcpHandler(full, vm.guard, vm.loopbackEndpoint()))
 	}
 	return func() {
+		defer stopTLS()
 		sctx, cancel := context.WithTimeout(base, 5*time.Second)
 		defer cancel()
 		for _, srv := range servers {

@@ -22,6 +22,7 @@ import (
 
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
 )
 
 // The ClusterRoles deploy/base documents for callers of the TCP endpoint's
@@ -32,10 +33,11 @@ const (
 )
 
 // TestRuntimeAPINeedsCredentials runs the volume manager for a runtime
-// (WaitForContainersStopped) with a TCP endpoint against a real API
-// server, and tries the containers-stopped signal of a pod whose volume is
-// published: over TCP without a token (401) and with the token of a
-// ServiceAccount without the documented grant (403) nothing happens;
+// (WaitForContainersStopped) with a TCP endpoint (TLS, its self-signed
+// certificate) against a real API server, and tries the containers-stopped
+// signal of a pod whose volume is published: over TCP without a token
+// (401) and with the token of a ServiceAccount without the documented
+// grant (403) nothing happens;
 // with the grant (TokenReview and SubjectAccessReview by the API server)
 // the API answers; once the pod is deleted, the signal over the root-only
 // socket tears the volume down. The socket is 0600 and the agent's.
@@ -88,11 +90,12 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 		t.Fatalf("no host path of the pod's volume: %+v", n.vm.GetMountedVolumesForPod(app.UID))
 	}
 	stopped := "/api/v1/pods/" + f.Namespace + "/app/containers-stopped?uid=" + string(app.UID)
-	tcpURL := "http://" + tcp
+	tcpURL := "https://" + tcp
+	tcpClient := tlsClient(t, selfSignedCA(t, root))
 
 	// Open to anyone over TCP: the metrics and health checks.
 	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
-		if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+p, ""); code != http.StatusOK {
+		if code := call(t, tcpClient, http.MethodGet, tcpURL+p, ""); code != http.StatusOK {
 			t.Errorf("GET %s over TCP answered %d, want 200", p, code)
 		}
 	}
@@ -101,27 +104,27 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 		who, token string
 		want       int
 	}{{"no token", "", http.StatusUnauthorized}, {"a bad token", "not-a-token", http.StatusUnauthorized}, {"a token without the grant", stranger, http.StatusForbidden}} {
-		if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+stopped, tc.token); code != tc.want {
+		if code := call(t, tcpClient, http.MethodPost, tcpURL+stopped, tc.token); code != tc.want {
 			t.Errorf("POST containers-stopped over TCP with %s answered %d, want %d", tc.who, code, tc.want)
 		}
 		// An empty running-pods report would release every held pod.
-		if code := call(t, http.DefaultClient, http.MethodPut, tcpURL+volumemanager.RunningPodsPath, tc.token); code != tc.want {
+		if code := call(t, tcpClient, http.MethodPut, tcpURL+volumemanager.RunningPodsPath, tc.token); code != tc.want {
 			t.Errorf("PUT running-pods over TCP with %s answered %d, want %d", tc.who, code, tc.want)
 		}
 		for _, p := range []string{volumemanager.PodsPath, "/debug/pprof/"} {
-			if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+p, tc.token); code != tc.want {
+			if code := call(t, tcpClient, http.MethodGet, tcpURL+p, tc.token); code != tc.want {
 				t.Errorf("GET %s over TCP with %s answered %d, want %d", p, tc.who, code, tc.want)
 			}
 		}
 	}
 	// The reader reads, and may not give the runtime's word.
-	if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+volumemanager.PodsPath, reader); code != http.StatusOK {
+	if code := call(t, tcpClient, http.MethodGet, tcpURL+volumemanager.PodsPath, reader); code != http.StatusOK {
 		t.Errorf("GET %s over TCP with the reader's token answered %d, want 200", volumemanager.PodsPath, code)
 	}
 	for _, w := range []struct{ method, path string }{
 		{http.MethodPost, stopped}, {http.MethodPost, volumemanager.RunningPodsBeginPath}, {http.MethodPut, volumemanager.RunningPodsPath},
 	} {
-		if code := call(t, http.DefaultClient, w.method, tcpURL+w.path, reader); code != http.StatusForbidden {
+		if code := call(t, tcpClient, w.method, tcpURL+w.path, reader); code != http.StatusForbidden {
 			t.Errorf("%s %s over TCP with the reader's token answered %d, want 403", w.method, w.path, code)
 		}
 	}
@@ -136,7 +139,7 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 	// With the grant, the API answers over TCP (get and create): the
 	// signal for a live pod without volumes, which the agent refuses (409,
 	// not 401 or 403: authorized).
-	if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+volumemanager.PodsPath+"/"+f.Namespace+"/app", allowed); code != http.StatusOK {
+	if code := call(t, tcpClient, http.MethodGet, tcpURL+volumemanager.PodsPath+"/"+f.Namespace+"/app", allowed); code != http.StatusOK {
 		t.Errorf("GET the pod over TCP with the granted token answered %d, want 200", code)
 	}
 	other, err := pods.Create(ctx, &corev1.Pod{
@@ -146,7 +149,7 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := call(t, http.DefaultClient, http.MethodPost, tcpURL+"/api/v1/pods/"+f.Namespace+"/other/containers-stopped?uid="+string(other.UID), allowed); code != http.StatusConflict {
+	if code := call(t, tcpClient, http.MethodPost, tcpURL+"/api/v1/pods/"+f.Namespace+"/other/containers-stopped?uid="+string(other.UID), allowed); code != http.StatusConflict {
 		t.Errorf("POST containers-stopped of a live pod over TCP with the granted token answered %d, want 409", code)
 	}
 
@@ -168,10 +171,12 @@ func TestRuntimeAPINeedsCredentials(t *testing.T) {
 }
 
 // TestStandaloneServesNoAPIOverTCP: without an API server nobody can be
-// authenticated, so the TCP endpoint serves no /api/ and no profiles; the
-// socket serves them.
+// authenticated, so the TCP endpoint (here plain HTTP on the loopback)
+// serves no /api/ and no profiles; the socket serves them.
 func TestStandaloneServesNoAPIOverTCP(t *testing.T) {
-	n := startStandaloneWith(t, func(c *volumemanager.Config) { c.HTTPEndpoint, c.Profiling = freeAddress(t), true })
+	n := startStandaloneWith(t, func(c *volumemanager.Config) {
+		c.HTTPEndpoint, c.Profiling, c.HTTPAccess.Plaintext = freeAddress(t), true, true
+	})
 	tcpURL := "http://" + n.httpEndpoint
 	for _, p := range []string{volumemanager.PodsPath, volumemanager.VolumesPath, "/debug/pprof/"} {
 		if code := call(t, http.DefaultClient, http.MethodGet, tcpURL+p, ""); code != http.StatusNotFound {
@@ -229,14 +234,23 @@ func call(t *testing.T, client *http.Client, method, url, token string) int {
 }
 
 // serviceAccountToken creates the ServiceAccount name in the fixture's
-// namespace and returns a token of it from the TokenRequest API.
+// namespace and returns a token of it for the agent's audience
+// (csi-volmgr) from the TokenRequest API.
 func serviceAccountToken(t *testing.T, f *k8stest.Fixture, name string) string {
 	t.Helper()
 	sas := f.Client.CoreV1().ServiceAccounts(f.Namespace)
 	if _, err := sas.Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := sas.CreateToken(t.Context(), name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	return tokenFor(t, f, name, apiauth.DefaultAPIAudience)
+}
+
+// tokenFor returns a token of the ServiceAccount name for the audiences;
+// none means the API server's own.
+func tokenFor(t *testing.T, f *k8stest.Fixture, name string, audiences ...string) string {
+	t.Helper()
+	tr, err := f.Client.CoreV1().ServiceAccounts(f.Namespace).CreateToken(t.Context(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

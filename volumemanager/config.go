@@ -133,8 +133,14 @@ type Config struct {
 	// /debug/pprof/ only to requests the API server authenticated
 	// (TokenReview) and authorized (SubjectAccessReview of a verb on
 	// nodes/csi-volmgr of NodeName, see package apiauth), with KubeClient;
-	// in standalone mode it serves no /api/ and no /debug/pprof/.
+	// in standalone mode it serves no /api/ and no /debug/pprof/. It
+	// serves TLS unless HTTPAccess says plaintext on a loopback address;
+	// off the loopback /metrics too needs an authorized caller (get on
+	// nodes/metrics).
 	HTTPEndpoint string
+	// HTTPAccess secures HTTPEndpoint: TLS, client certificates, the
+	// tokens' audience and the reviews' cache (apiserve_tls.go).
+	HTTPAccess HTTPAccessConfig
 	// Profiling adds Go's profiles (net/http/pprof) under /debug/pprof/ to
 	// Handler, as the kubelet's enableProfilingHandler does: where the heap
 	// and CPU of a node agent go, measured on the node that has them.
@@ -249,6 +255,7 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(c.HTTPEndpoint); err != nil {
 			bad("HTTPEndpoint", fmt.Errorf("%q: %w", c.HTTPEndpoint, err))
 		}
+		errs = append(errs, c.HTTPAccess.validate(c.HTTPEndpoint, c.KubeClient != nil)...)
 	}
 	return errors.Join(errs...)
 }

@@ -29,7 +29,46 @@ func TestConfigValidate(t *testing.T) {
 		"relative front endpoint":   {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "front.sock", "d" }, wantField: "FrontEndpoint"},
 		"tcp front endpoint":        {mutate: func(c *Config) { c.FrontEndpoint, c.FrontDriver = "tcp://127.0.0.1:10000", "d" }, wantField: "FrontEndpoint"},
 		"bad HTTP endpoint":         {mutate: func(c *Config) { c.HTTPEndpoint = "9809" }, wantField: "HTTPEndpoint"},
-		"negative CSI timeout":      {mutate: func(c *Config) { c.CSITimeout = -1 }, wantField: "CSITimeout", wantText: "must not be negative"},
+		"plaintext on loopback":     {mutate: func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.Plaintext = "127.0.0.1:9809", true }},
+		"plaintext on localhost":    {mutate: func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.Plaintext = "localhost:9809", true }},
+		"plaintext on ::1":          {mutate: func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.Plaintext = "[::1]:9809", true }},
+		"plaintext on every interface": {
+			mutate:    func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.Plaintext = ":9809", true },
+			wantField: "HTTPAccess.Plaintext", wantText: `only allowed on a loopback endpoint (127.0.0.1, ::1 or localhost), and ":9809" is reachable`,
+		},
+		"plaintext on a pod IP": {
+			mutate:    func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.Plaintext = "10.0.0.7:9809", true },
+			wantField: "HTTPAccess.Plaintext", wantText: "always serves TLS",
+		},
+		"plaintext with a certificate": {
+			mutate: func(c *Config) {
+				c.HTTPEndpoint, c.HTTPAccess.Plaintext, c.HTTPAccess.CertFile, c.HTTPAccess.KeyFile = "127.0.0.1:9809", true, "/c", "/k"
+			},
+			wantField: "HTTPAccess.Plaintext", wantText: "which are for TLS",
+		},
+		"certificate without key": {
+			mutate:    func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.CertFile = ":9809", "/c" },
+			wantField: "HTTPAccess.KeyFile", wantText: `is required with the certificate "/c"`,
+		},
+		"key without certificate": {
+			mutate:    func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.KeyFile = ":9809", "/k" },
+			wantField: "HTTPAccess.CertFile", wantText: "is required",
+		},
+		"TLS 1.1": {
+			mutate:    func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.MinVersion = ":9809", 0x0302 },
+			wantField: "HTTPAccess.MinVersion", wantText: "TLS 1.1 is below TLS 1.2",
+		},
+		"negative cache TTL": {
+			mutate:    func(c *Config) { c.HTTPEndpoint, c.HTTPAccess.DenyCacheTTL = ":9809", -1 },
+			wantField: "HTTPAccess.DenyCacheTTL", wantText: "must not be negative",
+		},
+		"client CA in standalone mode": {
+			mutate: func(c *Config) {
+				c.KubeClient, c.Manifests, c.HTTPEndpoint, c.HTTPAccess.ClientCAFile = nil, "/etc/csi-volmgr", ":9809", "/ca"
+			},
+			wantField: "HTTPAccess.ClientCAFile", wantText: "needs an API server",
+		},
+		"negative CSI timeout": {mutate: func(c *Config) { c.CSITimeout = -1 }, wantField: "CSITimeout", wantText: "must not be negative"},
 		"report client in standalone mode": {
 			mutate: func(c *Config) {
 				c.KubeClient, c.Manifests, c.ReportClient = nil, "/etc/csi-volmgr", fake.NewClientset()

@@ -9,14 +9,21 @@ import (
 // socket (SocketPath) serves every endpoint to whoever may open it: root.
 type Access string
 
-// The two kinds of access of the TCP endpoint.
+// The kinds of access of the TCP endpoint.
 const (
-	// AccessOpen: served to anyone (metrics and health checks).
+	// AccessOpen: served to anyone (the health checks).
 	AccessOpen Access = "open"
-	// AccessAuthorized: served only to a bearer token the API server
-	// authenticates (TokenReview) and authorizes (SubjectAccessReview on
-	// nodes/csi-volmgr of the agent's Node); never in standalone mode.
+	// AccessAuthorized: served only to a caller authenticated by a client
+	// certificate of the client CA or a bearer token of the agent's
+	// audience (TokenReview), and authorized by the API server
+	// (SubjectAccessReview on nodes/csi-volmgr of the agent's Node);
+	// never in standalone mode.
 	AccessAuthorized Access = "authorized"
+	// AccessMetrics: served to anyone on a loopback endpoint; elsewhere
+	// only to a caller authenticated as above and authorized for get on
+	// nodes/metrics of the agent's Node (the kubelet's /metrics), never
+	// in standalone mode.
+	AccessMetrics Access = "open on loopback, else nodes/metrics"
 )
 
 // Endpoint is one route of Handler.
@@ -37,7 +44,7 @@ type Endpoint struct {
 // (and the reference generated from it, docs/reference/http.md) cannot
 // drift from what is served.
 var Endpoints = []Endpoint{
-	{Pattern: "GET /metrics", Access: AccessOpen, Doc: "Prometheus metrics (docs/reference/metrics.md)."},
+	{Pattern: "GET /metrics", Access: AccessMetrics, Doc: "Prometheus metrics (docs/reference/metrics.md)."},
 	{Pattern: HealthzPath, Access: AccessOpen, Doc: "Liveness: 200 when every named check passes (`?verbose` lists them, `?exclude=NAME` skips one)."},
 	{Pattern: HealthzPath + "/ping", Access: AccessOpen, Doc: "The ping check alone: the HTTP server answers."},
 	{Pattern: HealthzPath + "/lifecycle-steps", Access: AccessOpen, Doc: "No worker is inside one lifecycle step, without progress, for longer than twice the CSI call timeout."},

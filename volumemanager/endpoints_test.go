@@ -50,7 +50,7 @@ func TestRouteMissingFromEndpointsPanics(t *testing.T) {
 // TestEndpointsAccessIsTheTCPHandlers: the Access of every endpoint is
 // what tcpHandler does with it: open paths reach the handler directly,
 // authorized ones only through the guard, which refuses a request without
-// credentials here.
+// credentials here; the metrics are open on a loopback endpoint only.
 func TestEndpointsAccessIsTheTCPHandlers(t *testing.T) {
 	reached := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	// A request without a bearer token is refused before the API server
@@ -63,18 +63,20 @@ func TestEndpointsAccessIsTheTCPHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := tcpHandler(reached, guard)
-	for _, e := range Endpoints {
-		method, path, ok := strings.Cut(e.Pattern, " ")
-		if !ok {
-			method, path = http.MethodGet, e.Pattern
-		}
-		path = strings.NewReplacer("{namespace}", "ns", "{name}", "pod").Replace(path)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), method, path, nil))
-		open := rec.Code == http.StatusTeapot
-		if open != (e.Access == AccessOpen) {
-			t.Errorf("%s (Access %s): the TCP endpoint answered %d without credentials", e.Pattern, e.Access, rec.Code)
+	for _, loopback := range []bool{true, false} {
+		h := tcpHandler(reached, guard, loopback)
+		for _, e := range Endpoints {
+			method, path, ok := strings.Cut(e.Pattern, " ")
+			if !ok {
+				method, path = http.MethodGet, e.Pattern
+			}
+			path = strings.NewReplacer("{namespace}", "ns", "{name}", "pod").Replace(path)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), method, path, nil))
+			open := rec.Code == http.StatusTeapot
+			if want := e.Access == AccessOpen || e.Access == AccessMetrics && loopback; open != want {
+				t.Errorf("%s (Access %s), loopback %v: the TCP endpoint answered %d without credentials", e.Pattern, e.Access, loopback, rec.Code)
+			}
 		}
 	}
 }

@@ -54,6 +54,7 @@ type VolumeManager struct {
 	// standalone mode).
 	socket, listener net.Listener
 	guard            *apiauth.Guard
+	tcpTLS           *tcpTLS
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
 	// runID names this run of the agent in the marks of the running-pods

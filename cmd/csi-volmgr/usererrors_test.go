@@ -158,3 +158,20 @@ func TestManifestsWithAnAPIServerFlag(t *testing.T) {
 	code, stderr := runAgent(t, args...)
 	wantOneLine(t, code, stderr, "--manifests runs without an API server: --register-node cannot be used with it")
 }
+
+// TestPlaintextOffLoopback: plain HTTP on an address other hosts reach is
+// refused at start, in one line naming the flag; on the loopback it runs.
+func TestPlaintextOffLoopback(t *testing.T) {
+	dir := t.TempDir()
+	args := append(baseArgs(t, dir), "--root-dir="+filepath.Join(dir, "root"), "--http-endpoint=:0", "--http-endpoint-plaintext")
+	code, stderr := runAgent(t, args...)
+	wantOneLine(t, code, stderr, `--http-endpoint-plaintext is only allowed on a loopback endpoint (127.0.0.1, ::1 or localhost), and ":0" is reachable from other hosts`)
+}
+
+// TestTLSBelow12: --tls-min-version below 1.2 is refused, naming the flag.
+func TestTLSBelow12(t *testing.T) {
+	dir := t.TempDir()
+	args := append(baseArgs(t, dir), "--root-dir="+filepath.Join(dir, "root"), "--http-endpoint=127.0.0.1:0", "--tls-min-version=VersionTLS11")
+	code, stderr := runAgent(t, args...)
+	wantOneLine(t, code, stderr, "--tls-min-version TLS 1.1 is below TLS 1.2")
+}

@@ -50,7 +50,7 @@ func TestChartOptions(t *testing.T) {
 	if d := cmp.Diff(wantArgs, c.Args); d != "" {
 		t.Errorf("args (-want +got):\n%s", d)
 	}
-	if want := []corev1.ContainerPort{{Name: "http", ContainerPort: 9810, Protocol: corev1.ProtocolTCP}}; !slices.Equal(c.Ports, want) {
+	if want := []corev1.ContainerPort{{Name: "https", ContainerPort: 9810, Protocol: corev1.ProtocolTCP}}; !slices.Equal(c.Ports, want) {
 		t.Errorf("http.expose: ports %v, want %v", c.Ports, want)
 	}
 	for probe, p := range map[string]*corev1.Probe{"livez": c.LivenessProbe, "readyz": c.ReadinessProbe} {
@@ -167,7 +167,9 @@ func TestChartOptions(t *testing.T) {
 
 // TestChartHTTPEndpoint shows the three shapes of the HTTP endpoint: the
 // agent's default (no flag, no port), another port still on 127.0.0.1, and
-// the pod IP with the container port.
+// the pod IP with the container port "https". None serves plain HTTP: the
+// agent serves TLS unless told --http-endpoint-plaintext, which it refuses
+// on the pod IP.
 func TestChartHTTPEndpoint(t *testing.T) {
 	for _, tc := range []struct {
 		vals  string
@@ -183,7 +185,9 @@ func TestChartHTTPEndpoint(t *testing.T) {
 			c := k8stest.Convert[appsv1.DaemonSet](t, mustFind(t, objs, "DaemonSet", releaseNamespace, releaseName)).Spec.Template.Spec.Containers[0]
 			var flag string
 			for _, a := range c.Args {
-				if strings.HasPrefix(a, "--http-endpoint") {
+				if strings.HasPrefix(a, "--http-endpoint-plaintext") {
+					t.Errorf("the chart sets %s: the endpoint must serve TLS", a)
+				} else if strings.HasPrefix(a, "--http-endpoint") {
 					flag = a
 				}
 			}

@@ -68,7 +68,7 @@ func main() {
 	flag.StringVar(&o.rootDir, "root-dir", "/var/lib/csi-volmgr", "csi-volmgr's root directory (CSI drivers register in <root>/plugins_registry)")
 	flag.StringVar(&o.registrationDir, "registration-dir", "", "directory where CSI drivers register; empty means <root-dir>/plugins_registry")
 	flag.StringVar(&o.stateDir, "state-dir", "/run/csi-volmgr-example", "the runtime's directory: container roots and logs")
-	flag.StringVar(&o.httpEndpoint, "http-endpoint", "127.0.0.1:9809", "csi-volmgr's TCP endpoint: metrics and health checks, and its API to callers the API server authorizes on nodes/csi-volmgr; the whole API is on <root-dir>/csi-volmgr.sock. Empty disables it")
+	flag.StringVar(&o.httpEndpoint, "http-endpoint", "127.0.0.1:9809", "csi-volmgr's TCP endpoint, with TLS (a self-signed certificate in <root-dir>/pki): health checks, metrics (on a loopback address; elsewhere to callers authorized on nodes/metrics), and its API to callers authenticated by a token of audience csi-volmgr and authorized by the API server on nodes/csi-volmgr; the whole API is on <root-dir>/csi-volmgr.sock. Empty disables it")
 	flag.StringVar(&o.hostRoot, "host-root", "/", "where the system directories the containers see read-only (usr, etc, bin, lib...) come from")
 	flag.StringVar(&o.taint, "taint", DefaultTaint, "the Node's taint, key=value:Effect; empty for none")
 	flag.StringVar(&o.internalIP, "internal-ip", "127.0.0.1", "the Node's InternalIP, where the API server reaches --kubelet-port")

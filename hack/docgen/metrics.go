@@ -82,8 +82,9 @@ func metricsReference(ctx context.Context) ([]byte, error) {
 	})
 	slices.SortFunc(infos, func(a, b metricInfo) int { return strings.Compare(a.name, b.name) })
 	d := newDoc("Metrics reference", `
-Every metric `+"`/metrics`"+` serves (on the API socket and, open to anyone, on
-`+"`--http-endpoint`"+`), from the collectors the agent registers. Besides these,
+Every metric `+"`/metrics`"+` serves (on the API socket and on `+"`--http-endpoint`"+`: to
+anyone on a loopback address, elsewhere to callers authorized for get on `+"`nodes/metrics`"+`),
+from the collectors the agent registers. Besides these,
 client_golang's Go runtime (`+"`go_*`"+`) and process (`+"`process_*`"+`) collectors.
 The `+"`workqueue_*`"+` metrics are labelled by queue name, with the names, help and
 buckets of Kubernetes components; `+"`storage_operation_duration_seconds`"+`,

@@ -288,7 +288,8 @@ func checkNothingSurprising(t *testing.T, n *node, pod *corev1.Pod, vol claimedV
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if want := []string{volumemanager.LockFileName, volumemanager.SocketName, "plugins", "plugins_registry", "pods"}; !slices.Equal(names, want) {
+	// pki: the self-signed serving certificate of --http-endpoint.
+	if want := []string{volumemanager.LockFileName, volumemanager.SocketName, "pki", "plugins", "plugins_registry", "pods"}; !slices.Equal(names, want) {
 		t.Errorf("root directory holds %v, want %v", names, want)
 	}
 }

@@ -1,10 +1,17 @@
 // Package apiauth guards the agent's runtime API on its TCP endpoint as the
-// kubelet guards its own (pkg/kubelet/server/auth.go): the API server
-// authenticates the caller's bearer token (TokenReview) and authorizes the
-// request (SubjectAccessReview) as a verb on the subresource csi-volmgr of
-// the agent's Node, with k8s.io/apiserver's delegating authenticator and
+// kubelet guards its own (pkg/kubelet/server/auth.go): a client
+// certificate of the client CA, or a bearer token the API server
+// authenticates (TokenReview) for the agent's own audience, and a request
+// the API server authorizes (SubjectAccessReview) as a verb on the
+// subresource csi-volmgr of the agent's Node (nodes/metrics for the
+// metrics), with k8s.io/apiserver's delegating authenticator and
 // authorizer; both answers are cached. A request that is not authenticated
 // gets 401 and one that is not authorized 403, and neither reaches the API.
+//
+// A token is accepted only when it was issued for one of the audiences
+// (DefaultAPIAudience: `kubectl create token SA --audience csi-volmgr`):
+// such a token is refused by the API server itself, so the agent, or
+// whoever reads it on its way, cannot replay it there.
 //
 // The subresource is the agent's own, not the kubelet's nodes/proxy, so
 // that granting a runtime the agent's API never grants it the kubelet's.
@@ -22,6 +29,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -31,7 +39,15 @@ import (
 const (
 	Resource    = "nodes"
 	Subresource = "csi-volmgr"
+	// MetricsSubresource is what /metrics is authorized as when it is
+	// guarded: get on nodes/metrics, as the kubelet's /metrics, so that
+	// the ClusterRole a Prometheus has for the kubelets' metrics serves.
+	MetricsSubresource = "metrics"
 )
+
+// DefaultAPIAudience is the audience a token must be issued for when
+// Config.APIAudiences is empty.
+const DefaultAPIAudience = "csi-volmgr"
 
 // The kubelet's cache lifetimes (its --authentication-token-webhook-cache-ttl
 // and --authorization-webhook-cache-authorized-ttl / -unauthorized-ttl
@@ -55,18 +71,26 @@ type Config struct {
 	// a token's review and an allowed or denied request's review are
 	// cached; 0 means the Default of each.
 	AuthenticationCacheTTL, AllowCacheTTL, DenyCacheTTL time.Duration
+	// ClientCA, when set, authenticates client certificates it verifies
+	// as the user of their common name in the groups of their
+	// organizations, before any token.
+	ClientCA dynamiccertificates.CAContentProvider
+	// APIAudiences are the audiences a token is reviewed for: one of them
+	// must be among the token's; empty means DefaultAPIAudience.
+	APIAudiences []string
 }
 
 // Guard authenticates and authorizes requests. It is safe for concurrent
 // use.
 type Guard struct {
-	authn authenticator.Request
-	authz authorizer.Authorizer
-	node  string
+	authn     authenticator.Request
+	authz     authorizer.Authorizer
+	node      string
+	audiences authenticator.Audiences
 }
 
 // New builds the Guard of cfg. Anonymous requests are never
-// authenticated.
+// authenticated; the client certificates are tried before the token.
 func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, errors.New("apiauth: a client and a node name are required")
@@ -74,12 +98,21 @@ func New(cfg Config) (*Guard, error) {
 	// The API server's own defaults for delegated webhooks
 	// (options.DefaultAuthWebhookRetryBackoff).
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
-	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+	audiences := authenticator.Audiences(cfg.APIAudiences)
+	if len(audiences) == 0 {
+		audiences = authenticator.Audiences{DefaultAPIAudience}
+	}
+	authnConfig := authenticatorfactory.DelegatingAuthenticatorConfig{
 		TokenAccessReviewClient:  cfg.Client.AuthenticationV1(),
 		TokenAccessReviewTimeout: reviewTimeout,
 		WebhookRetryBackoff:      &backoff,
 		CacheTTL:                 orDefault(cfg.AuthenticationCacheTTL, DefaultAuthenticationCacheTTL),
-	}.New()
+		APIAudiences:             audiences,
+	}
+	if cfg.ClientCA != nil {
+		authnConfig.ClientCertificateCAContentProvider = cfg.ClientCA
+	}
+	authn, _, err := authnConfig.New()
 	if err != nil {
 		return nil, fmt.Errorf("apiauth: building the authenticator: %w", err)
 	}
@@ -92,7 +125,7 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apiauth: building the authorizer: %w", err)
 	}
-	return &Guard{authn: authn, authz: authz, node: cfg.NodeName}, nil
+	return &Guard{authn: authn, authz: authz, node: cfg.NodeName, audiences: audiences}, nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -103,15 +136,23 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Wrap returns a handler that passes to next only the requests the API
-// server authenticated and authorized: 401 without a valid credential (or
-// when the token cannot be reviewed), 405 for a method without a verb, 403
-// when the caller may not use the verb on nodes/csi-volmgr of the Node, and
-// 500 when the access cannot be reviewed. The request's context carries
-// the logger.
-func (g *Guard) Wrap(next http.Handler) http.Handler {
+// server authenticated and authorized: 401 without a valid credential (a
+// client certificate of the client CA, or a token for one of the
+// audiences; also when the token cannot be reviewed), 405 for a method
+// without a verb, 403 when the caller may not use the verb on
+// nodes/csi-volmgr of the Node, and 500 when the access cannot be
+// reviewed. The request's context carries the logger.
+func (g *Guard) Wrap(next http.Handler) http.Handler { return g.WrapAs(Subresource, next) }
+
+// WrapAs is Wrap authorizing the requests on the subresource of the Node
+// (e.g. MetricsSubresource) instead of nodes/csi-volmgr.
+func (g *Guard) WrapAs(subresource string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
-		resp, ok, err := g.authn.AuthenticateRequest(r)
+		// The audiences go in the TokenReview (spec.audiences), and the
+		// review's must intersect them: without them in the context the
+		// API server would accept a token of its own audience.
+		resp, ok, err := g.authn.AuthenticateRequest(r.WithContext(authenticator.WithAudiences(r.Context(), g.audiences)))
 		if err != nil {
 			logger.Error(err, "Cannot authenticate an API request", "path", r.URL.Path)
 		}
@@ -120,6 +161,7 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		attrs, ok := Attributes(resp.User, r, g.node)
+		attrs.Subresource = subresource
 		if !ok {
 			http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
 			return

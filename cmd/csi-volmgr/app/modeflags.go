@@ -23,7 +23,7 @@ func (o *RunOptions) validateMode() error {
 	for flag, set := range map[string]bool{
 		"--kubeconfig": o.Kubeconfig != "", "--register-node": o.RegisterNode,
 		"--remove-terminating-pods": o.RemoveTerminatingPods, "--cluster-wide-informers": o.ClusterWideInformers,
-		"--node-identity": o.NodeIdentity, "--cert-dir": o.CertDir != "",
+		"--node-identity": o.NodeIdentity,
 	} {
 		if set {
 			errs = append(errs, fmt.Errorf("--manifests runs without an API server: %s cannot be used with it", flag))

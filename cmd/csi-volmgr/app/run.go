@@ -63,20 +63,29 @@ func newRunCommand() *cobra.Command {
 
 // flagOf names the flag of each volumemanager.Config field.
 var flagOf = map[string]string{
-	"NodeName":             "--node-name",
-	"RootDir":              "--root-dir",
-	"RegistrationDir":      "--registration-dir",
-	"Manifests":            "--manifests",
-	"ResyncPeriod":         "--resync-period",
-	"CSITimeout":           "--csi-timeout",
-	"FrontEndpoint":        "--front-endpoint",
-	"FrontDriver":          "--front-driver",
-	"HTTPEndpoint":         "--http-endpoint",
-	"ExpectedDrivers":      "--expected-drivers",
-	"NodeLabels":           "--node-labels",
-	"NodeIdentity":         "--node-identity",
-	"ClusterWideInformers": "--cluster-wide-informers",
-	"NodeTaints":           "--node-taints",
+	"NodeName":                          "--node-name",
+	"RootDir":                           "--root-dir",
+	"RegistrationDir":                   "--registration-dir",
+	"Manifests":                         "--manifests",
+	"ResyncPeriod":                      "--resync-period",
+	"CSITimeout":                        "--csi-timeout",
+	"FrontEndpoint":                     "--front-endpoint",
+	"FrontDriver":                       "--front-driver",
+	"HTTPEndpoint":                      "--http-endpoint",
+	"HTTPAccess.Plaintext":              "--http-endpoint-plaintext",
+	"HTTPAccess.CertFile":               "--tls-cert-file",
+	"HTTPAccess.KeyFile":                "--tls-private-key-file",
+	"HTTPAccess.CertDir":                "--cert-dir",
+	"HTTPAccess.MinVersion":             "--tls-min-version",
+	"HTTPAccess.ClientCAFile":           "--client-ca-file",
+	"HTTPAccess.AuthenticationCacheTTL": "--authentication-token-webhook-cache-ttl",
+	"HTTPAccess.AllowCacheTTL":          "--authorization-webhook-cache-authorized-ttl",
+	"HTTPAccess.DenyCacheTTL":           "--authorization-webhook-cache-unauthorized-ttl",
+	"ExpectedDrivers":                   "--expected-drivers",
+	"NodeLabels":                        "--node-labels",
+	"NodeIdentity":                      "--node-identity",
+	"ClusterWideInformers":              "--cluster-wide-informers",
+	"NodeTaints":                        "--node-taints",
 }
 
 // flagErrors names the flag of every volumemanager.ConfigError in err,
@@ -117,6 +126,10 @@ func run(ctx context.Context, o *RunOptions) error {
 	if err != nil {
 		return err
 	}
+	access, err := o.httpAccess()
+	if err != nil {
+		return err
+	}
 	cfg := volumemanager.Config{
 		NodeName:                 nodeName,
 		RootDir:                  o.RootDir,
@@ -133,6 +146,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		FrontEndpoint:            o.FrontEndpoint,
 		FrontDriver:              o.FrontDriver,
 		HTTPEndpoint:             o.HTTPEndpoint,
+		HTTPAccess:               access,
 		Profiling:                o.Profiling,
 		Changes:                  o.changes(),
 		ExpectedDrivers:          o.ExpectedDrivers,

@@ -21,7 +21,8 @@ import (
 
 // clientOptions choose how the client commands reach the agent: its API
 // socket by default (root only, no credentials), or its --http-endpoint
-// with a bearer token the API server authorizes.
+// with a bearer token or a client certificate the agent authenticates and
+// the API server authorizes, over TLS (clienttls.go).
 type clientOptions struct {
 	rootDir   string
 	socket    string
@@ -29,14 +30,16 @@ type clientOptions struct {
 	token     string
 	tokenFile string
 	output    string
+	tls       clientTLSOptions
 }
 
 func (o *clientOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.rootDir, "root-dir", "/var/lib/csi-volmgr", "The agent's --root-dir: the client talks to its API socket <root-dir>/"+volumemanager.SocketName+" (root only) unless --socket or --server is given.")
 	cmd.Flags().StringVar(&o.socket, "socket", "", "Path of the agent's API socket; empty means <root-dir>/"+volumemanager.SocketName+".")
-	cmd.Flags().StringVar(&o.server, "server", "", "Address of the agent's --http-endpoint (e.g. http://127.0.0.1:9809) to use instead of the socket; its API needs --token or --token-file, a bearer token that the API server authenticates and authorizes for get on nodes/csi-volmgr of the agent's Node.")
-	cmd.Flags().StringVar(&o.token, "token", "", "Bearer token for --server.")
-	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "File holding the bearer token for --server (e.g. a projected ServiceAccount token).")
+	cmd.Flags().StringVar(&o.server, "server", "", "URL of the agent's --http-endpoint (e.g. https://10.0.0.7:9809; https:// when no scheme is given, http:// only to an agent run with --http-endpoint-plaintext) to use instead of the socket; its API needs a credential: --token or --token-file, a bearer token for the audience csi-volmgr, or --client-certificate and --client-key of the agent's --client-ca-file, whose user the API server authorizes for get on nodes/csi-volmgr of the agent's Node.")
+	cmd.Flags().StringVar(&o.token, "token", "", "Bearer token for --server, issued for the agent's audience (kubectl create token SA --audience csi-volmgr). Never sent over http:// to an address other than a loopback one.")
+	cmd.Flags().StringVar(&o.tokenFile, "token-file", "", "File holding the bearer token for --server (e.g. a projected ServiceAccount token of audience csi-volmgr).")
+	o.tls.addFlags(cmd)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "Output format: table or json.")
 }
 
@@ -54,6 +57,7 @@ func (o *clientOptions) validate() error {
 	if o.server == "" && (o.token != "" || o.tokenFile != "") {
 		errs = append(errs, errors.New("--token and --token-file are for --server: the socket needs none"))
 	}
+	errs = append(errs, o.tls.validate(o.server)...)
 	return errors.Join(errs...)
 }
 
@@ -73,10 +77,7 @@ func (o *clientOptions) target() (base string, client *http.Client, token, name 
 		// The host is never resolved: every connection goes to the socket.
 		return "http://csi-volmgr", &http.Client{Transport: &http.Transport{DialContext: dial}}, "", "the agent's socket " + socket, nil
 	}
-	base = strings.TrimSuffix(o.server, "/")
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
+	base = serverURL(o.server)
 	token = o.token
 	if o.tokenFile != "" {
 		data, err := os.ReadFile(o.tokenFile)
@@ -85,7 +86,10 @@ func (o *clientOptions) target() (base string, client *http.Client, token, name 
 		}
 		token = strings.TrimSpace(string(data))
 	}
-	return base, http.DefaultClient, token, "the agent at " + o.server, nil
+	if client, err = o.tls.client(base, token != ""); err != nil {
+		return "", nil, "", "", err
+	}
+	return base, client, token, "the agent at " + o.server, nil
 }
 
 // get fetches path from the agent and decodes it into v, returning the raw body too.

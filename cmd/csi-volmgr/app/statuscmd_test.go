@@ -98,7 +98,8 @@ func TestStatusUsesTheSocketOfRootDir(t *testing.T) {
 }
 
 // TestStatusSendsTheTokenToTheServer: with --server the token of
-// --token-file (or --token) goes along as a bearer token.
+// --token-file (or --token) goes along as a bearer token; over plain HTTP
+// to a loopback address (an agent with --http-endpoint-plaintext).
 func TestStatusSendsTheTokenToTheServer(t *testing.T) {
 	agent := &fakeAgent{}
 	srv := httptest.NewServer(agent)
@@ -110,7 +111,7 @@ func TestStatusSendsTheTokenToTheServer(t *testing.T) {
 	if _, err := runStatus(t, "--server", srv.URL, "--token-file", tokenFile); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runStatus(t, "--server", strings.TrimPrefix(srv.URL, "http://"), "--token", "flag-token"); err != nil {
+	if _, err := runStatus(t, "--server", srv.URL, "--token", "flag-token"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := runStatus(t, "--server", srv.URL); err != nil {
@@ -128,6 +129,10 @@ func TestStatusRejectsFlagCombinations(t *testing.T) {
 		{"--server", "127.0.0.1:1", "--token", "a", "--token-file", "/t"},
 		{"--token", "a"},
 		{"-o", "yaml"},
+		{"--certificate-authority", "/ca.crt"},
+		{"--server", "http://127.0.0.1:1", "--certificate-authority", "/ca.crt"},
+		{"--server", "127.0.0.1:1", "--insecure-skip-tls-verify", "--certificate-authority", "/ca.crt"},
+		{"--server", "127.0.0.1:1", "--client-certificate", "/c.crt"},
 	} {
 		if _, err := runStatus(t, args...); err == nil {
 			t.Errorf("status %v succeeded, want a usage error", args)

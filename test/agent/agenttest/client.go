@@ -3,27 +3,32 @@ package agenttest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/servingcert"
 )
 
 // requestTimeout bounds one request to the agent's HTTP endpoint.
 const requestTimeout = 10 * time.Second
 
 // Paths of the agent's API. The API socket serves them all; the TCP
-// --http-endpoint serves the health checks and metrics to anyone and the
-// JSON API only with credentials.
+// --http-endpoint (TLS, the agent's self-signed certificate) serves the
+// health checks and, on the loopback, the metrics to anyone and the JSON
+// API only with credentials.
 const (
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
@@ -33,7 +38,7 @@ const (
 )
 
 // URL returns the URL of path on the agent's TCP endpoint.
-func (a *Agent) URL(path string) string { return "http://" + a.HTTPEndpoint + path }
+func (a *Agent) URL(path string) string { return "https://" + a.HTTPEndpoint + path }
 
 // Get asks the agent for path on its API socket, as root, and returns the
 // HTTP status code and body.
@@ -41,9 +46,17 @@ func (a *Agent) Get(ctx context.Context, path string) (int, []byte, error) {
 	return a.get(ctx, a.socketClient(), "http://csi-volmgr"+path)
 }
 
-// GetTCP asks the agent for path on its TCP endpoint, without credentials.
+// GetTCP asks the agent for path on its TCP endpoint, without credentials,
+// trusting its self-signed certificate in <root-dir>/pki as
+// --certificate-authority does.
 func (a *Agent) GetTCP(ctx context.Context, path string) (int, []byte, error) {
-	return a.get(ctx, http.DefaultClient, a.URL(path))
+	roots, err := certutil.NewPool(filepath.Join(a.RootDir, "pki", servingcert.CertFileName))
+	if err != nil {
+		return 0, nil, fmt.Errorf("the agent's serving certificate: %w", err)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+	defer tr.CloseIdleConnections()
+	return a.get(ctx, &http.Client{Transport: tr}, a.URL(path))
 }
 
 // socketClient returns a client whose every connection goes to the API

@@ -94,6 +94,9 @@ var (
 				// /debug/pprof/, as kubelet-volumes serves it: the harness
 				// forces a GC before it reads the heap.
 				"--profiling",
+				// Plain HTTP on the loopback, as kubelet-volumes serves it:
+				// the harness reads /metrics and the health checks.
+				"--http-endpoint-plaintext",
 			}
 		},
 		socket:      volumemanager.SocketPath,

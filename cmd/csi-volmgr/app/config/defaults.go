@@ -28,6 +28,15 @@ func Defaults() *CSIVolmgrConfiguration {
 		TypeMeta:     metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
 		RootDir:      "/var/lib/csi-volmgr",
 		HTTPEndpoint: "127.0.0.1:9809",
+		// TLS 1.2 at least; tokens for the agent's own audience and the
+		// kubelet's cache lifetimes: apiauth's defaults (app's
+		// TestHTTPAccessDefaults keeps them equal).
+		TLSMinVersion:                            "VersionTLS12",
+		TLSCipherSuites:                          []string{},
+		APIAudiences:                             []string{"csi-volmgr"},
+		AuthenticationTokenWebhookCacheTTL:       metav1.Duration{Duration: 2 * time.Minute},
+		AuthorizationWebhookCacheAuthorizedTTL:   metav1.Duration{Duration: 5 * time.Minute},
+		AuthorizationWebhookCacheUnauthorizedTTL: metav1.Duration{Duration: 30 * time.Second},
 		// The agent's whole client budget (the kubelet's is 50/100, shared
 		// with its status, events and node heartbeats): its reads, the
 		// condition writes and the Events share one token bucket. Its

@@ -35,7 +35,8 @@ type CSIVolmgrConfiguration struct {
 	// authorizer and NodeRestriction then hold it to its Node's objects
 	// (--node-identity).
 	NodeIdentity bool `json:"nodeIdentity"`
-	// certDir holds the Node's client certificate and key; empty means
+	// certDir holds the Node's client certificate and key and the
+	// self-signed serving certificate of httpEndpoint; empty means
 	// <rootDir>/pki (--cert-dir).
 	CertDir string `json:"certDir"`
 	// kubeAPIQPS is the queries per second of the agent's API requests,
@@ -58,10 +59,44 @@ type CSIVolmgrConfiguration struct {
 	// registrationDir is the directory of plugin-registration sockets;
 	// empty means <rootDir>/plugins_registry (--registration-dir).
 	RegistrationDir string `json:"registrationDir"`
-	// httpEndpoint is the TCP address of /metrics and the health checks
-	// (open) and of /api/ and /debug/pprof/ (authenticated and authorized
-	// by the API server); empty disables it (--http-endpoint).
+	// httpEndpoint is the TCP address of the health checks (open), of
+	// /metrics (open on a loopback address, else authorized as
+	// nodes/metrics) and of /api/ and /debug/pprof/ (authenticated and
+	// authorized); TLS unless httpEndpointPlaintext; empty disables it
+	// (--http-endpoint).
 	HTTPEndpoint string `json:"httpEndpoint"`
+	// httpEndpointPlaintext serves plain HTTP on httpEndpoint, which must
+	// then be a loopback address (--http-endpoint-plaintext).
+	HTTPEndpointPlaintext bool `json:"httpEndpointPlaintext"`
+	// tlsCertFile and tlsPrivateKeyFile are the serving certificate and key
+	// of httpEndpoint, read again when they change; empty means a
+	// self-signed certificate kept in certDir (--tls-cert-file,
+	// --tls-private-key-file).
+	TLSCertFile       string `json:"tlsCertFile"`
+	TLSPrivateKeyFile string `json:"tlsPrivateKeyFile"`
+	// tlsMinVersion is the lowest TLS version served, VersionTLS12 or
+	// VersionTLS13 (--tls-min-version).
+	TLSMinVersion string `json:"tlsMinVersion"`
+	// tlsCipherSuites are the TLS 1.2 cipher suites served; empty means
+	// Go's defaults (--tls-cipher-suites).
+	TLSCipherSuites []string `json:"tlsCipherSuites"`
+	// clientCAFile is the CA bundle of the client certificates httpEndpoint
+	// accepts (--client-ca-file).
+	ClientCAFile string `json:"clientCAFile"`
+	// apiAudiences are the audiences a bearer token must be issued for
+	// (--api-audiences).
+	APIAudiences []string `json:"apiAudiences"`
+	// authenticationTokenWebhookCacheTTL is how long a token's review is
+	// cached (--authentication-token-webhook-cache-ttl).
+	AuthenticationTokenWebhookCacheTTL metav1.Duration `json:"authenticationTokenWebhookCacheTTL"`
+	// authorizationWebhookCacheAuthorizedTTL is how long an allowed
+	// request's review is cached
+	// (--authorization-webhook-cache-authorized-ttl).
+	AuthorizationWebhookCacheAuthorizedTTL metav1.Duration `json:"authorizationWebhookCacheAuthorizedTTL"`
+	// authorizationWebhookCacheUnauthorizedTTL is how long a denied
+	// request's review is cached
+	// (--authorization-webhook-cache-unauthorized-ttl).
+	AuthorizationWebhookCacheUnauthorizedTTL metav1.Duration `json:"authorizationWebhookCacheUnauthorizedTTL"`
 	// profiling serves Go's profiles under /debug/pprof/ (--profiling).
 	Profiling bool `json:"profiling"`
 
