@@ -171,6 +171,9 @@ func run(ctx context.Context, o *RunOptions) error {
 	if err != nil {
 		return o.flagErrors(err)
 	}
+	if o.Manifests == "" && !o.NodeIdentity {
+		klog.FromContext(ctx).Info("Acting on the API server with the credentials given, not as the Node: the agent may do whatever they allow; --node-identity holds it to its own Node's objects as a kubelet is held")
+	}
 	return vm.Run(ctx)
 }
 
@@ -203,8 +206,6 @@ func clientConfigs(ctx context.Context, o *RunOptions, nodeName string) (main, r
 		asNode.QPS, asNode.Burst, asNode.UserAgent = main.QPS, main.Burst, main.UserAgent
 		asNode.ContentType, asNode.AcceptContentTypes = main.ContentType, main.AcceptContentTypes
 		main = asNode
-	} else {
-		klog.FromContext(ctx).Info("Acting on the API server with the credentials given, not as the Node: the agent may do whatever they allow; --node-identity holds it to its own Node's objects as a kubelet is held")
 	}
 	report = rest.CopyConfig(main)
 	if main.QPS > 0 {
