@@ -2,7 +2,8 @@
 // kubelet guards its own (pkg/kubelet/server/auth.go): the API server
 // authenticates the caller's bearer token (TokenReview) and authorizes the
 // request (SubjectAccessReview) as a verb on the subresource csi-volmgr of
-// the agent's Node, with k8s.io/apiserver's delegating authenticator and
+// the agent's Node, with k8s.io/apiserver's delegating authenticator (its
+// token webhook, whose reviews are never logged with their bodies) and
 // authorizer; both answers are cached. A request that is not authenticated
 // gets 401 and one that is not authorized 403, and neither reaches the API.
 //
@@ -18,7 +19,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -74,14 +74,10 @@ func New(cfg Config) (*Guard, error) {
 	// The API server's own defaults for delegated webhooks
 	// (options.DefaultAuthWebhookRetryBackoff).
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
-	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		TokenAccessReviewClient:  cfg.Client.AuthenticationV1(),
-		TokenAccessReviewTimeout: reviewTimeout,
-		WebhookRetryBackoff:      &backoff,
-		CacheTTL:                 orDefault(cfg.AuthenticationCacheTTL, DefaultAuthenticationCacheTTL),
-	}.New()
+	authn, err := newTokenAuthenticator(cfg.Client.AuthenticationV1(), backoff, reviewTimeout,
+		orDefault(cfg.AuthenticationCacheTTL, DefaultAuthenticationCacheTTL))
 	if err != nil {
-		return nil, fmt.Errorf("apiauth: building the authenticator: %w", err)
+		return nil, err
 	}
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: cfg.Client.AuthorizationV1(),
