@@ -34,15 +34,15 @@ var openPaths = []string{"/metrics", "/healthz", "/healthz/", "/livez", "/livez/
 var guardedPaths = []string{"/api/", "/debug/pprof/"}
 
 // tcpHandler is what the TCP endpoint serves of full: openPaths, and
-// guardedPaths through guard; with a nil guard (no API server) only
-// openPaths.
-func tcpHandler(full http.Handler, guard *apiauth.Guard) http.Handler {
+// guardedPaths through guard, behind failures; with a nil guard (no API
+// server) only openPaths.
+func tcpHandler(full http.Handler, guard *apiauth.Guard, failures *apiauth.FailureLimiter) http.Handler {
 	mux := http.NewServeMux()
 	for _, p := range openPaths {
 		mux.Handle(p, full)
 	}
 	if guard != nil {
-		guarded := guard.Wrap(full)
+		guarded := failures.Wrap(guard.Wrap(full))
 		for _, p := range guardedPaths {
 			mux.Handle(p, guarded)
 		}
@@ -63,27 +63,31 @@ func (vm *VolumeManager) listen() error {
 		return nil
 	}
 	if vm.cfg.KubeClient != nil {
-		if vm.guard, err = apiauth.New(apiauth.Config{Client: vm.cfg.KubeClient, NodeName: vm.cfg.NodeName}); err != nil {
+		if vm.guard, err = apiauth.New(apiauth.Config{Client: vm.authClient(), NodeName: vm.cfg.NodeName}); err != nil {
 			return errors.Join(err, vm.socket.Close())
 		}
+		vm.failures = apiauth.NewFailureLimiter(vm.serverLimits().Failures)
 	}
 	if vm.listener, err = net.Listen("tcp", vm.cfg.HTTPEndpoint); err != nil {
 		return errors.Join(&ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", vm.cfg.HTTPEndpoint, err)}, vm.socket.Close())
 	}
+	vm.listener = vm.limitConnections(vm.listener)
 	return nil
 }
 
 // serveHTTP serves Handler on the API socket and tcpHandler on the TCP
 // endpoint until the returned stop is called, which gives the requests in
 // flight 5 s and removes the socket. The requests' contexts carry ctx's
-// logger.
+// logger. The TCP endpoint's server has the bounds of ServerLimits, and
+// both bound request bodies (limitBodies).
 func (vm *VolumeManager) serveHTTP(ctx context.Context, wg *sync.WaitGroup) (stop func()) {
 	logger := klog.FromContext(ctx)
 	base := context.WithoutCancel(ctx)
-	full := vm.Handler()
+	full := limitBodies(vm.Handler())
 	var servers []*http.Server
-	serve := func(name string, l net.Listener, h http.Handler) {
+	serve := func(name string, l net.Listener, h http.Handler, bound func(*http.Server)) {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+		bound(srv)
 		servers = append(servers, srv)
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -91,9 +95,9 @@ func (vm *VolumeManager) serveHTTP(ctx context.Context, wg *sync.WaitGroup) (sto
 			}
 		})
 	}
-	serve("socket", vm.socket, full)
+	serve("socket", vm.socket, full, func(*http.Server) {})
 	if vm.listener != nil {
-		serve("tcp", vm.listener, tcpHandler(full, vm.guard))
+		serve("tcp", vm.listener, tcpHandler(full, vm.guard, vm.failures), vm.serverLimits().bound)
 	}
 	return func() {
 		sctx, cancel := context.WithTimeout(base, 5*time.Second)

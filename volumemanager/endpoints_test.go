@@ -63,7 +63,7 @@ func TestEndpointsAccessIsTheTCPHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := tcpHandler(reached, guard)
+	h := tcpHandler(reached, guard, nil)
 	for _, e := range Endpoints {
 		method, path, ok := strings.Cut(e.Pattern, " ")
 		if !ok {

@@ -25,9 +25,14 @@ type RunningPodsReport struct {
 }
 
 // putRunningPods takes a RunningPodsReport: 204 once recorded, 400 for a
-// body that is not one (unknown fields, no uids, an empty UID).
+// body that is not one (unknown fields, no uids, an empty UID), 413 for
+// one larger than maxRunningPodsBody.
 func (vm *VolumeManager) putRunningPods(w http.ResponseWriter, r *http.Request) {
 	report, err := readRunningPods(http.MaxBytesReader(w, r.Body, maxRunningPodsBody))
+	if isTooLarge(err) {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

@@ -51,9 +51,11 @@ type VolumeManager struct {
 	standalone *manifests.Source
 	// socket serves Handler on SocketPath; listener serves tcpHandler
 	// when Config.HTTPEndpoint is set, with guard in cluster mode (nil in
-	// standalone mode).
+	// standalone mode), behind failures, its limit of failed
+	// authentications per caller address.
 	socket, listener net.Listener
 	guard            *apiauth.Guard
+	failures         *apiauth.FailureLimiter
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
 	// lock is held on the root directory from New until Run returns.

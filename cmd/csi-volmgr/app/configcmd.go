@@ -20,6 +20,7 @@ var configField = map[string]string{
 	"root-dir":                    "rootDir",
 	"registration-dir":            "registrationDir",
 	"http-endpoint":               "httpEndpoint",
+	"http-max-connections":        "httpMaxConnections",
 	"profiling":                   "profiling",
 	"manifests":                   "manifests",
 	"register-node":               "registerNode",

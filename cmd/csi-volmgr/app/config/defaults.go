@@ -28,6 +28,8 @@ func Defaults() *CSIVolmgrConfiguration {
 		TypeMeta:     metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
 		RootDir:      "/var/lib/csi-volmgr",
 		HTTPEndpoint: "127.0.0.1:9809",
+		// volumemanager.DefaultHTTPMaxConnections.
+		HTTPMaxConnections: 256,
 		// The agent's whole client budget (the kubelet's is 50/100, shared
 		// with its status, events and node heartbeats): its reads, the
 		// condition writes and the Events share one token bucket. Its

@@ -62,6 +62,9 @@ type CSIVolmgrConfiguration struct {
 	// (open) and of /api/ and /debug/pprof/ (authenticated and authorized
 	// by the API server); empty disables it (--http-endpoint).
 	HTTPEndpoint string `json:"httpEndpoint"`
+	// httpMaxConnections bounds httpEndpoint's open connections, a
+	// quarter of them from one address (--http-max-connections).
+	HTTPMaxConnections int `json:"httpMaxConnections"`
 	// profiling serves Go's profiles under /debug/pprof/ (--profiling).
 	Profiling bool `json:"profiling"`
 
