@@ -29,8 +29,8 @@ type ServerLimits struct {
 	// keep-alive connection may wait for its next request.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// LongPollSlack is added to a long poll's own timeout (?wait=, at most
-	// maxWait): the poll is exempt from ReadTimeout and WriteTimeout and
-	// bounded by its timeout plus this instead.
+	// maxWait): the poll is exempt from WriteTimeout and bounded by its
+	// timeout plus this instead.
 	LongPollSlack time.Duration
 	// MaxHeaderBytes bounds a request's headers: 431 beyond.
 	MaxHeaderBytes int
@@ -80,17 +80,13 @@ func (l ServerLimits) bound(srv *http.Server) {
 	srv.MaxHeaderBytes = l.MaxHeaderBytes
 }
 
-// extendForLongPoll exempts the request of w from the server's read and
-// write timeouts for a long poll of timeout: its deadlines become timeout
-// plus slack from now. (A read deadline that passes while the handler
-// runs cancels the request's context in net/http, so it is moved too; a
-// long poll has no body to read.) Servers without deadlines, the API
-// socket's, ignore it.
+// extendForLongPoll exempts the request of w from the server's write
+// timeout for a long poll of timeout: its write deadline becomes timeout
+// plus slack from now. (The read timeout does not reach a handler without
+// a body: net/http clears the read deadline while the handler runs.)
+// Servers without deadlines, the API socket's, ignore it.
 func extendForLongPoll(w http.ResponseWriter, timeout, slack time.Duration) {
-	rc := http.NewResponseController(w)
-	deadline := time.Now().Add(timeout + slack)
-	_ = rc.SetReadDeadline(deadline)
-	_ = rc.SetWriteDeadline(deadline)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + slack))
 }
 
 // longPollSlack is vm's LongPollSlack.

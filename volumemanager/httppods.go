@@ -87,8 +87,8 @@ func (vm *VolumeManager) getPod(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "waiting needs the pod's uid", http.StatusBadRequest)
 			return
 		}
-		// Exempt from the TCP server's read and write timeouts, bounded
-		// by its own (at most maxWait).
+		// Exempt from the TCP server's write timeout, bounded by its
+		// own (at most maxWait).
 		extendForLongPoll(w, timeout, vm.longPollSlack())
 		if wait == "mounted" {
 			err = vm.WaitForAttachAndMount(ctx, pod)

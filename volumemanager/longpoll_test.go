@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
 )
 
 // TestLongPollOutlivesServerTimeouts: with the TCP server's read and write
-// timeouts at 300ms, a handler that extends its deadlines for a long poll
-// answers after 1s with its context alive; one that does not cannot
-// answer.
+// timeouts at 300ms, a handler that extends its deadline for a long poll
+// answers after 1s with its context alive, through the wrappers the TCP
+// endpoint puts around it (limitBodies, the failure limiter); one that
+// does not cannot answer.
 func TestLongPollOutlivesServerTimeouts(t *testing.T) {
 	limits := defaultServerLimits(0)
 	limits.ReadTimeout, limits.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
@@ -24,10 +27,11 @@ func TestLongPollOutlivesServerTimeouts(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "done")
 	}
-	mux.HandleFunc("/poll", func(w http.ResponseWriter, r *http.Request) {
+	// A handler that answers 200 stands for the Guard.
+	mux.Handle("/poll", apiauth.NewFailureLimiter(apiauth.FailureLimits{}).Wrap(limitBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		extendForLongPoll(w, time.Second, 500*time.Millisecond)
 		wait(w, r)
-	})
+	}))))
 	mux.HandleFunc("/plain", wait)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
