@@ -34,15 +34,16 @@ var openPaths = []string{"/metrics", "/healthz", "/healthz/", "/livez", "/livez/
 var guardedPaths = []string{"/api/", "/debug/pprof/"}
 
 // tcpHandler is what the TCP endpoint serves of full: openPaths, and
-// guardedPaths through guard, behind failures; with a nil guard (no API
-// server) only openPaths.
+// guardedPaths through guard, behind failures (which frees a request's
+// place once guard let it through); with a nil guard (no API server) only
+// openPaths.
 func tcpHandler(full http.Handler, guard *apiauth.Guard, failures *apiauth.FailureLimiter) http.Handler {
 	mux := http.NewServeMux()
 	for _, p := range openPaths {
 		mux.Handle(p, full)
 	}
 	if guard != nil {
-		guarded := failures.Wrap(guard.Wrap(full))
+		guarded := failures.Wrap(guard.Wrap(failures.Authenticated(full)))
 		for _, p := range guardedPaths {
 			mux.Handle(p, guarded)
 		}

@@ -2,6 +2,7 @@ package apiauth
 
 import (
 	"container/list"
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -78,7 +79,9 @@ func NewFailureLimiter(l FailureLimits) *FailureLimiter {
 
 // Wrap returns a handler that answers 429 to a source out of tokens and
 // passes every other request to next (the Guard's handler), taking a token
-// for it that it gives back unless next answers 401. A nil f returns next.
+// for it that it gives back unless next answers 401: as soon as the
+// request reaches Authenticated below next, or else once next returns. A
+// nil f returns next.
 func (f *FailureLimiter) Wrap(next http.Handler) http.Handler {
 	if f == nil {
 		return next
@@ -90,13 +93,35 @@ func (f *FailureLimiter) Wrap(next http.Handler) http.Handler {
 			http.Error(w, "Too many failed authentications", http.StatusTooManyRequests)
 			return
 		}
+		p := &pending{refund: sync.OnceFunc(func() { f.refund(key) })}
 		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), pendingKey{}, p)))
 		if sw.status != http.StatusUnauthorized {
-			f.refund(key)
+			p.refund()
 		}
 	})
 }
+
+// Authenticated returns a handler that gives the request's token back to
+// its source at once, then passes it to next: put it below the Guard, so
+// that a request the Guard let through (a long poll may last minutes)
+// holds no token of its source while it runs. A nil f returns next.
+func (f *FailureLimiter) Authenticated(next http.Handler) http.Handler {
+	if f == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := r.Context().Value(pendingKey{}).(*pending); ok {
+			p.refund()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pending is a request's token, given back once.
+type pending struct{ refund func() }
+
+type pendingKey struct{}
 
 // take takes a token of key's bucket, false if it has none.
 func (f *FailureLimiter) take(key string) bool {

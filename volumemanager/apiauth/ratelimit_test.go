@@ -108,6 +108,35 @@ func TestFailureLimiter(t *testing.T) {
 			t.Fatalf("good token, request %d, answered %d, want 200", i, code)
 		}
 	}
+	// Requests that authenticate and then run long (long polls) hold no
+	// token of their source while they run: 30 at once, past the burst.
+	release, arrived := make(chan struct{}), make(chan struct{}, 30)
+	slow := limiter.Wrap(guard.Wrap(limiter.Authenticated(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusOK)
+	}))))
+	codes := make(chan int, 30)
+	for range 30 {
+		go func() { codes <- get(slow, "192.0.2.4:1", "good") }()
+	}
+	timeout := time.After(10 * time.Second)
+	for i := range 30 {
+		select {
+		case <-arrived:
+			continue
+		case <-timeout:
+			t.Errorf("only %d of 30 long requests with a good token reached the handler at once", i)
+		}
+		break
+	}
+	close(release)
+	for range 30 {
+		if code := <-codes; code != http.StatusOK {
+			t.Errorf("one of 30 long requests with a good token answered %d, want 200", code)
+		}
+	}
+
 	// The bucket refills: 10 per second.
 	time.Sleep(250 * time.Millisecond)
 	if code := get(h, attacker, "after-refill"); code != http.StatusUnauthorized {
