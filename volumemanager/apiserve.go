@@ -67,7 +67,7 @@ func (vm *VolumeManager) listen() error {
 		if vm.guard, err = apiauth.New(apiauth.Config{Client: vm.authClient(), NodeName: vm.cfg.NodeName}); err != nil {
 			return errors.Join(err, vm.socket.Close())
 		}
-		vm.failures = apiauth.NewFailureLimiter(vm.serverLimits().Failures)
+		vm.failures = vm.failureLimiter()
 	}
 	if vm.listener, err = net.Listen("tcp", vm.cfg.HTTPEndpoint); err != nil {
 		return errors.Join(&ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", vm.cfg.HTTPEndpoint, err)}, vm.socket.Close())

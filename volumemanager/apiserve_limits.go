@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
@@ -125,17 +126,19 @@ func isTooLarge(err error) bool {
 // limitListener bounds the connections l accepts: at most total open, at
 // most perSource from one address (apiauth.SourceKey). A connection past
 // either bound is closed at once, rather than left waiting in the
-// kernel's queue behind those of whoever holds the others. 0: no bound.
-func limitListener(l net.Listener, total, perSource int) net.Listener {
+// kernel's queue behind those of whoever holds the others, and refused is
+// called. 0: no bound.
+func limitListener(l net.Listener, total, perSource int, refused func()) net.Listener {
 	if total <= 0 && perSource <= 0 {
 		return l
 	}
-	return &limitedListener{Listener: l, total: total, perSource: perSource, bySource: map[string]int{}}
+	return &limitedListener{Listener: l, total: total, perSource: perSource, refused: refused, bySource: map[string]int{}}
 }
 
 type limitedListener struct {
 	net.Listener
 	total, perSource int
+	refused          func()
 
 	// mu guards open and bySource.
 	mu sync.Mutex
@@ -158,6 +161,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { l.release(source) })}, nil
 		}
 		_ = c.Close()
+		l.refused()
 	}
 }
 
@@ -197,7 +201,26 @@ func (c *limitedConn) Close() error {
 // MaxConnectionsPerSource.
 func (vm *VolumeManager) limitConnections(l net.Listener) net.Listener {
 	lim := vm.serverLimits()
-	return limitListener(l, lim.MaxConnections, lim.MaxConnectionsPerSource)
+	return limitListener(l, lim.MaxConnections, lim.MaxConnectionsPerSource, vm.httpRefused.WithLabelValues(refusedConnections).Inc)
+}
+
+// The reasons of csi_volmgr_http_refused_total.
+const (
+	refusedConnections = "connections"
+	refusedFailures    = "failed_authentications"
+)
+
+// newHTTPRefused registers csi_volmgr_http_refused_total on reg, both
+// reasons at 0.
+func newHTTPRefused(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "csi_volmgr_http_refused_total",
+		Help: "Connections and requests the TCP endpoint (--http-endpoint) refused before serving them, by reason: connections (past --http-max-connections, or a quarter of it from one address: closed as soon as accepted), failed_authentications (429 before any TokenReview: the address failed to authenticate more often than allowed).",
+	}, []string{"reason"})
+	reg.MustRegister(c)
+	c.WithLabelValues(refusedConnections)
+	c.WithLabelValues(refusedFailures)
+	return c
 }
 
 // authClient is the client of the TCP endpoint's reviews: AuthClient,
@@ -207,4 +230,12 @@ func (vm *VolumeManager) authClient() kubernetes.Interface {
 		return vm.cfg.AuthClient
 	}
 	return vm.cfg.KubeClient
+}
+
+// failureLimiter is the limiter of vm's failed authentications, counted
+// in csi_volmgr_http_refused_total.
+func (vm *VolumeManager) failureLimiter() *apiauth.FailureLimiter {
+	l := vm.serverLimits().Failures
+	l.OnLimited = vm.httpRefused.WithLabelValues(refusedFailures).Inc
+	return apiauth.NewFailureLimiter(l)
 }

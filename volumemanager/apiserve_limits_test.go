@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func TestTCPHeaderTooLarge(t *testing.T) {
 func TestTCPConnectionCap(t *testing.T) {
 	limits := shortLimits()
 	limits.IdleTimeout, limits.ReadHeaderTimeout = time.Minute, time.Minute
-	tcp, _ := startBounded(t, limits)
+	tcp, socket := startBounded(t, limits)
 	var held []net.Conn
 	for range 3 {
 		c := dial(t, tcp, "127.0.0.1")
@@ -150,6 +151,10 @@ func TestTCPConnectionCap(t *testing.T) {
 	}
 	if _, err := ping(dial(t, tcp, "127.0.0.4")); err == nil {
 		t.Error("a 7th connection was served; want it closed (MaxConnections 6)")
+	}
+	// Both refusals are counted.
+	if n := refusedCount(t, socket, "connections"); n < 2 {
+		t.Errorf("csi_volmgr_http_refused_total{reason=\"connections\"} = %v, want at least 2", n)
 	}
 	// A place given back is taken again.
 	_ = held[0].Close()
@@ -200,4 +205,35 @@ func TestRequestBodyTooLarge(t *testing.T) {
 			t.Errorf("%s answered %d, want 413", tc.what, resp.StatusCode)
 		}
 	}
+}
+
+// refusedCount reads csi_volmgr_http_refused_total of reason from the
+// agent's /metrics on its socket.
+func refusedCount(t *testing.T, socket, reason string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://csi-volmgr/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := unixClient(socket).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := `csi_volmgr_http_refused_total{reason="` + reason + `"} `
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", prefix)
+	return 0
 }

@@ -235,6 +235,11 @@ func runFlood(t *testing.T, mode string, res FloodResult) FloodMode {
 			m.QuietSeconds = append(m.QuietSeconds, took.Seconds())
 		}
 	}
+	if mode == "bounded" {
+		if got, want := refusedMetric(t, n.vm, "failed_authentications"), m.FloodRequests["429"]; int64(got) != want {
+			t.Errorf("csi_volmgr_http_refused_total{reason=\"failed_authentications\"} = %v, want the %d answers 429", got, want)
+		}
+	}
 	m.FloodWindowSeconds = time.Since(m.FloodStart).Seconds()
 	m.HeapAfterMiB = heapInUseMiB()
 	m.Ratio = median(m.FloodSeconds) / median(m.QuietSeconds)
@@ -360,6 +365,29 @@ func startFlood(t *testing.T, tcp string, flooders, rate, idle int) (stop func()
 		defer mu.Unlock()
 		return answers
 	}
+}
+
+// refusedMetric is vm's csi_volmgr_http_refused_total of reason.
+func refusedMetric(t *testing.T, vm *volumemanager.VolumeManager, reason string) float64 {
+	t.Helper()
+	mfs, err := vm.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "csi_volmgr_http_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no csi_volmgr_http_refused_total{reason=%q}", reason)
+	return 0
 }
 
 // loadAverage is /proc/loadavg's first three fields.

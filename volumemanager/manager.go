@@ -56,6 +56,8 @@ type VolumeManager struct {
 	socket, listener net.Listener
 	guard            *apiauth.Guard
 	failures         *apiauth.FailureLimiter
+	// httpRefused counts what the TCP endpoint refused, by reason.
+	httpRefused *prometheus.CounterVec
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
 	// lock is held on the root directory from New until Run returns.
@@ -89,6 +91,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	}
 	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics()}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
+	vm.httpRefused = newHTTPRefused(vm.metrics)
 	if err := vm.newBackend(ctx); err != nil {
 		return nil, err
 	}

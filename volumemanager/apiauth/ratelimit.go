@@ -30,6 +30,9 @@ type FailureLimits struct {
 	// MaxSources bounds how many sources are remembered; beyond it the
 	// least recently seen is forgotten. 0 means DefaultMaxSources.
 	MaxSources int
+	// OnLimited, when set, is called for every request answered 429 (a
+	// metric).
+	OnLimited func()
 }
 
 // FailureLimiter answers 429 Too Many Requests, before any
@@ -43,6 +46,7 @@ type FailureLimiter struct {
 	burst     float64
 	max       int
 	now       func() time.Time
+	onLimited func()
 
 	// mu guards sources and recent.
 	mu sync.Mutex
@@ -62,7 +66,7 @@ type bucket struct {
 // NewFailureLimiter returns the limiter of l.
 func NewFailureLimiter(l FailureLimits) *FailureLimiter {
 	f := &FailureLimiter{
-		perSecond: l.PerSecond, burst: float64(l.Burst), max: l.MaxSources, now: time.Now,
+		perSecond: l.PerSecond, burst: float64(l.Burst), max: l.MaxSources, now: time.Now, onLimited: l.OnLimited,
 		sources: map[string]*list.Element{}, recent: list.New(),
 	}
 	if f.perSecond <= 0 {
@@ -89,6 +93,9 @@ func (f *FailureLimiter) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := SourceKey(r.RemoteAddr)
 		if !f.take(key) {
+			if f.onLimited != nil {
+				f.onLimited()
+			}
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "Too many failed authentications", http.StatusTooManyRequests)
 			return
