@@ -38,10 +38,11 @@ const metricsPath = "/metrics"
 var guardedPaths = []string{"/api/", "/debug/pprof/"}
 
 // tcpHandler is what the TCP endpoint serves of full: openPaths, and
-// guardedPaths through guard; with a nil guard (no API server) only
+// guardedPaths through guard, behind failures (which frees a request's
+// place once guard let it through); with a nil guard (no API server) only
 // openPaths. metricsPath is open on a loopback endpoint, elsewhere
-// guarded as nodes/metrics.
-func tcpHandler(full http.Handler, guard *apiauth.Guard, loopback bool) http.Handler {
+// guarded as nodes/metrics, behind failures too.
+func tcpHandler(full http.Handler, guard *apiauth.Guard, failures *apiauth.FailureLimiter, loopback bool) http.Handler {
 	mux := http.NewServeMux()
 	for _, p := range openPaths {
 		mux.Handle(p, full)
@@ -49,10 +50,10 @@ func tcpHandler(full http.Handler, guard *apiauth.Guard, loopback bool) http.Han
 	if loopback {
 		mux.Handle(metricsPath, full)
 	} else if guard != nil {
-		mux.Handle(metricsPath, guard.WrapAs(apiauth.MetricsSubresource, full))
+		mux.Handle(metricsPath, failures.Wrap(guard.WrapAs(apiauth.MetricsSubresource, failures.Authenticated(full))))
 	}
 	if guard != nil {
-		guarded := guard.Wrap(full)
+		guarded := failures.Wrap(guard.Wrap(failures.Authenticated(full)))
 		for _, p := range guardedPaths {
 			mux.Handle(p, guarded)
 		}
@@ -80,25 +81,29 @@ func (vm *VolumeManager) listen() error {
 		if vm.guard, err = apiauth.New(vm.guardConfig(vm.tcpTLS)); err != nil {
 			return errors.Join(err, vm.socket.Close())
 		}
+		vm.failures = vm.failureLimiter()
 	}
 	if vm.listener, err = net.Listen("tcp", vm.cfg.HTTPEndpoint); err != nil {
 		return errors.Join(&ConfigError{Field: "HTTPEndpoint", Err: fmt.Errorf("%s: %w", vm.cfg.HTTPEndpoint, err)}, vm.socket.Close())
 	}
-	vm.listener = vm.tcpTLS.wrap(vm.listener)
+	// The cap counts TCP connections, before their TLS handshake.
+	vm.listener = vm.tcpTLS.wrap(vm.limitConnections(vm.listener))
 	return nil
 }
 
 // serveHTTP serves Handler on the API socket and tcpHandler on the TCP
 // endpoint until the returned stop is called, which gives the requests in
 // flight 5 s and removes the socket. The requests' contexts carry ctx's
-// logger.
+// logger. The TCP endpoint's server has the bounds of ServerLimits, and
+// both bound request bodies (limitBodies).
 func (vm *VolumeManager) serveHTTP(ctx context.Context, wg *sync.WaitGroup) (stop func()) {
 	logger := klog.FromContext(ctx)
 	base := context.WithoutCancel(ctx)
-	full := vm.Handler()
+	full := limitBodies(vm.Handler())
 	var servers []*http.Server
-	serve := func(name string, l net.Listener, h http.Handler) {
+	serve := func(name string, l net.Listener, h http.Handler, bound func(*http.Server)) {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+		bound(srv)
 		servers = append(servers, srv)
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -106,11 +111,11 @@ func (vm *VolumeManager) serveHTTP(ctx context.Context, wg *sync.WaitGroup) (sto
 			}
 		})
 	}
-	serve("socket", vm.socket, full)
+	serve("socket", vm.socket, full, func(*http.Server) {})
 	stopTLS := func() {}
 	if vm.listener != nil {
 		stopTLS = vm.tcpTLS.start(ctx, wg)
-		serve("tcp", vm.listener, tcpHandler(full, vm.guard, vm.loopbackEndpoint()))
+		serve("tcp", vm.listener, tcpHandler(full, vm.guard, vm.failures, vm.loopbackEndpoint()), vm.serverLimits().bound)
 	}
 	return func() {
 		defer stopTLS()

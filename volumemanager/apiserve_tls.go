@@ -195,7 +195,7 @@ func (vm *VolumeManager) newTCPTLS() (*tcpTLS, error) {
 func (vm *VolumeManager) guardConfig(t *tcpTLS) apiauth.Config {
 	a := vm.cfg.HTTPAccess
 	c := apiauth.Config{
-		Client: vm.cfg.KubeClient, NodeName: vm.cfg.NodeName, APIAudiences: a.APIAudiences,
+		Client: vm.authClient(), NodeName: vm.cfg.NodeName, APIAudiences: a.APIAudiences,
 		AuthenticationCacheTTL: a.AuthenticationCacheTTL, AllowCacheTTL: a.AllowCacheTTL, DenyCacheTTL: a.DenyCacheTTL,
 	}
 	if t != nil && t.clientCA != nil {

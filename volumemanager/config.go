@@ -43,6 +43,16 @@ type Config struct {
 	// rate limiter of its own, or, as csi-volmgr run gives them, the two
 	// lanes of one budget (apibudget), reads first. Cluster mode only.
 	ReportClient kubernetes.Interface
+	// AuthClient, when set, creates the TokenReviews and
+	// SubjectAccessReviews of the TCP endpoint's callers (HTTPEndpoint)
+	// instead of KubeClient, with a rate limiter of its own: then callers
+	// with made-up tokens cannot spend the budget the volumes' reads wait
+	// for. csi-volmgr run gives it a token bucket of its own, of
+	// --kube-api-qps and --kube-api-burst. Nil means KubeClient: the
+	// reviews then draw from the volumes' budget, bounded per caller
+	// address by the failed-authentication limit (apiauth.FailureLimiter).
+	// Cluster mode only.
+	AuthClient kubernetes.Interface
 	// Manifests is the directory that standalone mode reads Pods, PVCs,
 	// PVs, Secrets and CSIDrivers from (watched), instead of an API
 	// server; volumes are then attached with ControllerPublishVolume by
@@ -141,6 +151,13 @@ type Config struct {
 	// HTTPAccess secures HTTPEndpoint: TLS, client certificates, the
 	// tokens' audience and the reviews' cache (apiserve_tls.go).
 	HTTPAccess HTTPAccessConfig
+	// HTTPMaxConnections bounds the TCP endpoint's open connections, at
+	// most a quarter of them from one address (an IPv6 address by its
+	// /64); a connection past either bound is closed as soon as it is
+	// accepted. 0 means DefaultHTTPMaxConnections. The endpoint's other
+	// bounds are fixed (apiserve_limits.go): timeouts, header and body
+	// sizes, failed authentications per address.
+	HTTPMaxConnections int
 	// Profiling adds Go's profiles (net/http/pprof) under /debug/pprof/ to
 	// Handler, as the kubelet's enableProfilingHandler does: where the heap
 	// and CPU of a node agent go, measured on the node that has them.
@@ -153,6 +170,9 @@ type Config struct {
 	// Tuning holds the knobs that tests and benchmarks turn; the zero
 	// value is the production default.
 	Tuning Tuning
+
+	// limits replaces the TCP endpoint's bounds in tests (export_test.go).
+	limits *ServerLimits
 }
 
 // ChangesConfig tunes what is done for volumes that change while in use:
@@ -215,6 +235,12 @@ func (c *Config) validate() error {
 	}
 	if c.ReportClient != nil && c.KubeClient == nil {
 		bad("ReportClient", errors.New("needs KubeClient (cluster mode)"))
+	}
+	if c.AuthClient != nil && c.KubeClient == nil {
+		bad("AuthClient", errors.New("needs KubeClient (cluster mode)"))
+	}
+	if c.HTTPMaxConnections < 0 {
+		bad("HTTPMaxConnections", fmt.Errorf("%d must not be negative (0 means %d)", c.HTTPMaxConnections, DefaultHTTPMaxConnections))
 	}
 	if c.Manifests != "" && (c.RegisterNode || c.RemoveTerminatingPods || c.ClusterWideInformers) {
 		bad("Manifests", errors.New("runs without an API server: node registration, removing terminating pods and cluster-wide informers need one"))

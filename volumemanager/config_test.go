@@ -75,7 +75,15 @@ func TestConfigValidate(t *testing.T) {
 			},
 			wantField: "ReportClient", wantText: "needs KubeClient",
 		},
-		"node identity": {mutate: func(c *Config) { c.NodeIdentity = true }},
+		"auth client in standalone mode": {
+			mutate: func(c *Config) {
+				c.KubeClient, c.Manifests, c.AuthClient = nil, "/etc/csi-volmgr", fake.NewClientset()
+			},
+			wantField: "AuthClient", wantText: "needs KubeClient",
+		},
+		"auth client":                   {mutate: func(c *Config) { c.AuthClient = fake.NewClientset() }},
+		"negative HTTP max connections": {mutate: func(c *Config) { c.HTTPMaxConnections = -1 }, wantField: "HTTPMaxConnections", wantText: "must not be negative"},
+		"node identity":                 {mutate: func(c *Config) { c.NodeIdentity = true }},
 		"node identity with cluster-wide informers": {
 			mutate:    func(c *Config) { c.NodeIdentity, c.ClusterWideInformers = true, true },
 			wantField: "ClusterWideInformers", wantText: "list no claims",

@@ -64,7 +64,7 @@ func TestEndpointsAccessIsTheTCPHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, loopback := range []bool{true, false} {
-		h := tcpHandler(reached, guard, loopback)
+		h := tcpHandler(reached, guard, nil, loopback)
 		for _, e := range Endpoints {
 			method, path, ok := strings.Cut(e.Pattern, " ")
 			if !ok {

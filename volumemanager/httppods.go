@@ -91,6 +91,9 @@ func (vm *VolumeManager) getPod(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "waiting needs the pod's uid", http.StatusBadRequest)
 			return
 		}
+		// Exempt from the TCP server's write timeout, bounded by its
+		// own (at most maxWait).
+		extendForLongPoll(w, timeout, vm.longPollSlack())
 		if wait == "mounted" {
 			err = vm.WaitForAttachAndMount(ctx, pod)
 		} else {

@@ -73,9 +73,13 @@ var errStaleMark = errors.New("the mark was issued before the agent restarted: "
 // putRunningPods takes a RunningPodsReport: 204 once recorded, 400 for a
 // body that is not one (unknown fields, no mark, no uids, an empty UID) or
 // a mark the agent did not issue, 409 for a mark of another run of the
-// agent.
+// agent, 413 for one larger than maxRunningPodsBody.
 func (vm *VolumeManager) putRunningPods(w http.ResponseWriter, r *http.Request) {
 	report, err := readRunningPods(http.MaxBytesReader(w, r.Body, maxRunningPodsBody))
+	if isTooLarge(err) {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

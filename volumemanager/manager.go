@@ -51,10 +51,14 @@ type VolumeManager struct {
 	standalone *manifests.Source
 	// socket serves Handler on SocketPath; listener serves tcpHandler
 	// when Config.HTTPEndpoint is set, with guard in cluster mode (nil in
-	// standalone mode).
+	// standalone mode), behind failures, its limit of failed
+	// authentications per caller address.
 	socket, listener net.Listener
 	guard            *apiauth.Guard
 	tcpTLS           *tcpTLS
+	failures         *apiauth.FailureLimiter
+	// httpRefused counts what the TCP endpoint refused, by reason.
+	httpRefused *prometheus.CounterVec
 	// waiters wake the runtime's waits for a pod's volumes.
 	waiters *podWaiters
 	// runID names this run of the agent in the marks of the running-pods
@@ -91,6 +95,7 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	}
 	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics(), runID: newRunID()}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
+	vm.httpRefused = newHTTPRefused(vm.metrics)
 	if err := vm.newBackend(ctx); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -26,11 +27,13 @@ import (
 const tokenAudience = "csi-volmgr-secrets-test"
 
 // TestNoSecretsInVerboseLog runs the real agent at -v=10 (client-go logs
-// response bodies, csi-lib-utils logs every CSI message) through a volume
-// with a node-stage Secret, a node-publish Secret and a service account
-// token in volume_context, and searches its whole log for any of them:
-// raw, base64-encoded and inside the hex dumps client-go writes for
-// binary bodies.
+// request and response bodies, csi-lib-utils logs every CSI message)
+// through a volume with a node-stage Secret, a node-publish Secret and a
+// service account token in volume_context, calls its TCP API with a
+// made-up bearer token and with a real service account token (each sent
+// to the API server in a TokenReview), and searches its whole log for any
+// of them: raw, base64-encoded and inside the hex dumps client-go writes
+// for binary bodies.
 func TestNoSecretsInVerboseLog(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, nodeOptions{verbosity: 10})
@@ -98,6 +101,30 @@ func TestNoSecretsInVerboseLog(t *testing.T) {
 		t.Fatalf("no service account token reached the driver (%q); the test proves nothing", token)
 	}
 
+	// Callers of the TCP API: their tokens go to the API server in
+	// TokenReviews, whose bodies client-go logs at -v>=8.
+	made := "caller-s3cr3t-" + utilrand.String(24)
+	tr, err := c.CoreV1().ServiceAccounts(n.f.Namespace).CreateToken(ctx, "app", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callerToken := tr.Status.Token
+	for _, bearer := range []string{made, callerToken} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.agent.URL("/api/v1/pods"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET /api/v1/pods over TCP with a token the agent may not grant answered %d, want 401 or 403", resp.StatusCode)
+		}
+	}
+
 	n.deletePod(t, pod)
 	n.waitJournal(t, "unstage", func(calls []plugin.Call) bool {
 		return len(succeeded(callsOf(calls, "NodeUnstageVolume", ""))) == 1
@@ -113,7 +140,11 @@ func TestNoSecretsInVerboseLog(t *testing.T) {
 	if !bytes.Contains(log, []byte("Response Body")) || !bytes.Contains(log, []byte("GRPC call")) {
 		t.Fatal("the -v=10 log holds no response bodies or CSI calls; the test proves nothing")
 	}
-	secrets := map[string]string{"node-stage Secret": stageValue, "node-publish Secret": publishValue, "service account token": token}
+	if !bytes.Contains(log, []byte("tokenreviews")) || !bytes.Contains(log, []byte("subjectaccessreviews")) {
+		t.Fatal("the -v=10 log holds no TokenReview or SubjectAccessReview request; the TCP API callers prove nothing")
+	}
+	secrets := map[string]string{"node-stage Secret": stageValue, "node-publish Secret": publishValue, "service account token": token,
+		"made-up caller token": made, "caller's service account token": callerToken}
 	for what, value := range secrets {
 		forms := map[string][]byte{
 			"raw":        []byte(value),

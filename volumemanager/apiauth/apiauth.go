@@ -4,7 +4,8 @@
 // authenticates (TokenReview) for the agent's own audience, and a request
 // the API server authorizes (SubjectAccessReview) as a verb on the
 // subresource csi-volmgr of the agent's Node (nodes/metrics for the
-// metrics), with k8s.io/apiserver's delegating authenticator and
+// metrics), with k8s.io/apiserver's x509 authenticator, token webhook
+// (whose reviews are never logged with their bodies) and
 // authorizer; both answers are cached. A request that is not authenticated
 // gets 401 and one that is not authorized 403, and neither reaches the API.
 //
@@ -25,7 +26,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/group"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	"k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -102,20 +105,18 @@ func New(cfg Config) (*Guard, error) {
 	if len(audiences) == 0 {
 		audiences = authenticator.Audiences{DefaultAPIAudience}
 	}
-	authnConfig := authenticatorfactory.DelegatingAuthenticatorConfig{
-		TokenAccessReviewClient:  cfg.Client.AuthenticationV1(),
-		TokenAccessReviewTimeout: reviewTimeout,
-		WebhookRetryBackoff:      &backoff,
-		CacheTTL:                 orDefault(cfg.AuthenticationCacheTTL, DefaultAuthenticationCacheTTL),
-		APIAudiences:             audiences,
-	}
-	if cfg.ClientCA != nil {
-		authnConfig.ClientCertificateCAContentProvider = cfg.ClientCA
-	}
-	authn, _, err := authnConfig.New()
+	tokens, err := newTokenAuthenticator(cfg.Client.AuthenticationV1(), audiences, backoff, reviewTimeout,
+		orDefault(cfg.AuthenticationCacheTTL, DefaultAuthenticationCacheTTL))
 	if err != nil {
-		return nil, fmt.Errorf("apiauth: building the authenticator: %w", err)
+		return nil, err
 	}
+	// As the delegating authenticator: a client certificate first, then
+	// a bearer token; every authenticated user is in system:authenticated.
+	var authenticators []authenticator.Request
+	if cfg.ClientCA != nil {
+		authenticators = append(authenticators, x509.NewDynamic(cfg.ClientCA.VerifyOptions, x509.CommonNameUserConversion))
+	}
+	authn := group.NewAuthenticatedGroupAdder(union.New(append(authenticators, tokens)...))
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: cfg.Client.AuthorizationV1(),
 		AllowCacheTTL:             orDefault(cfg.AllowCacheTTL, DefaultAllowCacheTTL),

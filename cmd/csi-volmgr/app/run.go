@@ -72,6 +72,7 @@ var flagOf = map[string]string{
 	"FrontEndpoint":                     "--front-endpoint",
 	"FrontDriver":                       "--front-driver",
 	"HTTPEndpoint":                      "--http-endpoint",
+	"HTTPMaxConnections":                "--http-max-connections",
 	"HTTPAccess.Plaintext":              "--http-endpoint-plaintext",
 	"HTTPAccess.CertFile":               "--tls-cert-file",
 	"HTTPAccess.KeyFile":                "--tls-private-key-file",
@@ -147,6 +148,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		FrontDriver:              o.FrontDriver,
 		HTTPEndpoint:             o.HTTPEndpoint,
 		HTTPAccess:               access,
+		HTTPMaxConnections:       o.HTTPMaxConnections,
 		Profiling:                o.Profiling,
 		Changes:                  o.changes(),
 		ExpectedDrivers:          o.ExpectedDrivers,
@@ -156,7 +158,7 @@ func run(ctx context.Context, o *RunOptions) error {
 		Version:                  buildinfo.Get().GitVersion,
 	}
 	if o.Manifests == "" {
-		mainConfig, reportConfig, err := clientConfigs(ctx, o, nodeName)
+		mainConfig, reportConfig, authConfig, err := clientConfigs(ctx, o, nodeName)
 		if err != nil {
 			return err
 		}
@@ -164,6 +166,9 @@ func run(ctx context.Context, o *RunOptions) error {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
 		if cfg.ReportClient, err = newClient(reportConfig); err != nil {
+			return fmt.Errorf("creating the API client: %w", err)
+		}
+		if cfg.AuthClient, err = newClient(authConfig); err != nil {
 			return fmt.Errorf("creating the API client: %w", err)
 		}
 	}
@@ -177,21 +182,26 @@ func run(ctx context.Context, o *RunOptions) error {
 	return vm.Run(ctx)
 }
 
-// clientConfigs returns the configurations of the main client and of the
-// report client (the pods' conditions, Events). --kube-api-qps and
-// --kube-api-burst are the agent's whole budget, as the kubelet's pod
-// status manager writes through its one KubeClient: both clients draw from
-// one token bucket, the reads first (volumemanager/apibudget), so that in
-// a burst of pods the condition writes do not delay the reads the volumes
-// wait for. QPS ≤ 0 means no limit, as in client-go.
+// clientConfigs returns the configurations of the main client, of the
+// report client (the pods' conditions, Events) and of the auth client (the
+// TokenReviews and SubjectAccessReviews of --http-endpoint's callers).
+// --kube-api-qps and --kube-api-burst are the budget of the agent's own
+// work, as the kubelet's pod status manager writes through its one
+// KubeClient: the main and report clients draw from one token bucket, the
+// reads first (volumemanager/apibudget), so that in a burst of pods the
+// condition writes do not delay the reads the volumes wait for. The auth
+// client has a token bucket of its own of the same QPS and burst: what
+// callers of the TCP endpoint send (a flood of made-up tokens, each a
+// TokenReview) never takes a token the volumes wait for. QPS ≤ 0 means no
+// limit, as in client-go.
 //
 // With --node-identity the kubeconfig's (or the in-cluster) credentials only
 // ask for the Node's client certificate: every client authenticates with
 // that certificate, kept current by nodeidentity, and nothing else.
-func clientConfigs(ctx context.Context, o *RunOptions, nodeName string) (main, report *rest.Config, err error) {
+func clientConfigs(ctx context.Context, o *RunOptions, nodeName string) (main, report, auth *rest.Config, err error) {
 	main, err = kubeConfig(o)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if o.NodeIdentity {
 		certDir := o.CertDir
@@ -200,7 +210,7 @@ func clientConfigs(ctx context.Context, o *RunOptions, nodeName string) (main, r
 		}
 		id, err := nodeidentity.Start(ctx, nodeidentity.Options{NodeName: nodeName, CertDir: certDir, Bootstrap: main})
 		if err != nil {
-			return nil, nil, fmt.Errorf("--node-identity: %w", err)
+			return nil, nil, nil, fmt.Errorf("--node-identity: %w", err)
 		}
 		asNode := id.Config()
 		asNode.QPS, asNode.Burst, asNode.UserAgent = main.QPS, main.Burst, main.UserAgent
@@ -208,11 +218,14 @@ func clientConfigs(ctx context.Context, o *RunOptions, nodeName string) (main, r
 		main = asNode
 	}
 	report = rest.CopyConfig(main)
+	// No RateLimiter: client-go gives it a token bucket of its own, of
+	// QPS and Burst.
+	auth = rest.CopyConfig(main)
 	if main.QPS > 0 {
 		budget := apibudget.New(main.QPS, main.Burst)
 		main.RateLimiter, report.RateLimiter = budget.Reads(), budget.Reports()
 	}
-	return main, report, nil
+	return main, report, auth, nil
 }
 
 func kubeConfig(o *RunOptions) (*rest.Config, error) {

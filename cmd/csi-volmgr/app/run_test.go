@@ -59,7 +59,8 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 // TestOneBudgetForBothClients checks that --kube-api-qps and
 // --kube-api-burst are the agent's whole budget: the main client and the
 // report client (condition writes, Events) draw from one token bucket,
-// each through its lane of volumemanager/apibudget.
+// each through its lane of volumemanager/apibudget; the auth client
+// (TokenReviews, SubjectAccessReviews) has a bucket of its own.
 func TestOneBudgetForBothClients(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
@@ -73,12 +74,12 @@ current-context: c
 	}
 	o := NewRunOptions()
 	o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst = kubeconfig, 50, 100
-	mainConfig, reportConfig, err := clientConfigs(t.Context(), o, "n")
+	mainConfig, reportConfig, authConfig, err := clientConfigs(t.Context(), o, "n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	limiters := map[string]flowcontrol.RateLimiter{}
-	for name, cfg := range map[string]*rest.Config{"main": mainConfig, "report": reportConfig} {
+	for name, cfg := range map[string]*rest.Config{"main": mainConfig, "report": reportConfig, "auth": authConfig} {
 		c, err := newClient(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -102,17 +103,28 @@ current-context: c
 			t.Fatalf("token %d of the burst of 100 refused (%s client)", i, name)
 		}
 	}
-	for name, l := range limiters {
-		if l.TryAccept() {
+	for _, name := range []string{"main", "report"} {
+		if limiters[name].TryAccept() {
 			t.Errorf("%s client got a token after the shared burst of 100: the clients do not share one bucket", name)
 		}
 	}
+	// The reviews of the TCP endpoint's callers have a bucket of their
+	// own: its burst is whole after the others' is spent, and spending it
+	// takes nothing from theirs.
+	for i := range 100 {
+		if !limiters["auth"].TryAccept() {
+			t.Fatalf("auth client: token %d of its own burst of 100 refused", i)
+		}
+	}
+	if limiters["auth"].TryAccept() {
+		t.Error("auth client got a token after its burst of 100")
+	}
 
 	o.KubeAPIQPS = 0
-	if mainConfig, reportConfig, err = clientConfigs(t.Context(), o, "n"); err != nil {
+	if mainConfig, reportConfig, authConfig, err = clientConfigs(t.Context(), o, "n"); err != nil {
 		t.Fatal(err)
 	}
-	if mainConfig.RateLimiter != nil || reportConfig.RateLimiter != nil {
-		t.Errorf("--kube-api-qps=0: rate limiters %v and %v, want none", mainConfig.RateLimiter, reportConfig.RateLimiter)
+	if mainConfig.RateLimiter != nil || reportConfig.RateLimiter != nil || authConfig.RateLimiter != nil {
+		t.Errorf("--kube-api-qps=0: rate limiters %v, %v and %v, want none", mainConfig.RateLimiter, reportConfig.RateLimiter, authConfig.RateLimiter)
 	}
 }

@@ -37,6 +37,8 @@ func Defaults() *CSIVolmgrConfiguration {
 		AuthenticationTokenWebhookCacheTTL:       metav1.Duration{Duration: 2 * time.Minute},
 		AuthorizationWebhookCacheAuthorizedTTL:   metav1.Duration{Duration: 5 * time.Minute},
 		AuthorizationWebhookCacheUnauthorizedTTL: metav1.Duration{Duration: 30 * time.Second},
+		// volumemanager.DefaultHTTPMaxConnections.
+		HTTPMaxConnections: 256,
 		// The agent's whole client budget (the kubelet's is 50/100, shared
 		// with its status, events and node heartbeats): its reads, the
 		// condition writes and the Events share one token bucket. Its

@@ -97,6 +97,9 @@ type CSIVolmgrConfiguration struct {
 	// request's review is cached
 	// (--authorization-webhook-cache-unauthorized-ttl).
 	AuthorizationWebhookCacheUnauthorizedTTL metav1.Duration `json:"authorizationWebhookCacheUnauthorizedTTL"`
+	// httpMaxConnections bounds httpEndpoint's open connections, a
+	// quarter of them from one address (--http-max-connections).
+	HTTPMaxConnections int `json:"httpMaxConnections"`
 	// profiling serves Go's profiles under /debug/pprof/ (--profiling).
 	Profiling bool `json:"profiling"`
 
