@@ -25,12 +25,14 @@ func shortLimits() volumemanager.ServerLimits {
 }
 
 // startBounded runs a standalone agent whose TCP endpoint has limits, and
-// returns the endpoint's address and the API socket.
+// returns the endpoint's address and the API socket. The endpoint is on
+// the loopback in plain HTTP, so that the tests speak raw HTTP on it: the
+// bounds are the http.Server's and the listener's, under TLS the same.
 func startBounded(t *testing.T, limits volumemanager.ServerLimits) (tcp, socket string) {
 	t.Helper()
 	tcp = freeAddress(t)
 	n := startStandaloneWith(t, func(c *volumemanager.Config) {
-		c.HTTPEndpoint = tcp
+		c.HTTPEndpoint, c.HTTPAccess.Plaintext = tcp, true
 		volumemanager.SetServerLimits(c, limits)
 	})
 	return tcp, volumemanager.SocketPath(n.root)

@@ -104,18 +104,25 @@ func TestNoSecretsInVerboseLog(t *testing.T) {
 	// Callers of the TCP API: their tokens go to the API server in
 	// TokenReviews, whose bodies client-go logs at -v>=8.
 	made := "caller-s3cr3t-" + utilrand.String(24)
-	tr, err := c.CoreV1().ServiceAccounts(n.f.Namespace).CreateToken(ctx, "app", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := c.CoreV1().ServiceAccounts(n.f.Namespace).CreateToken(ctx, "app", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"csi-volmgr"}},
+	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	callerToken := tr.Status.Token
+	tcp, err := n.agent.TCPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.CloseIdleConnections()
 	for _, bearer := range []string{made, callerToken} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.agent.URL("/api/v1/pods"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.Header.Set("Authorization", "Bearer "+bearer)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tcp.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,13 +50,23 @@ func (a *Agent) Get(ctx context.Context, path string) (int, []byte, error) {
 // trusting its self-signed certificate in <root-dir>/pki as
 // --certificate-authority does.
 func (a *Agent) GetTCP(ctx context.Context, path string) (int, []byte, error) {
+	client, err := a.TCPClient()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer client.CloseIdleConnections()
+	return a.get(ctx, client, a.URL(path))
+}
+
+// TCPClient returns a client of the agent's TCP endpoint that trusts its
+// self-signed certificate in <root-dir>/pki, as --certificate-authority
+// does.
+func (a *Agent) TCPClient() (*http.Client, error) {
 	roots, err := certutil.NewPool(filepath.Join(a.RootDir, "pki", servingcert.CertFileName))
 	if err != nil {
-		return 0, nil, fmt.Errorf("the agent's serving certificate: %w", err)
+		return nil, fmt.Errorf("the agent's serving certificate: %w", err)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
-	defer tr.CloseIdleConnections()
-	return a.get(ctx, &http.Client{Transport: tr}, a.URL(path))
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}, nil
 }
 
 // socketClient returns a client whose every connection goes to the API
