@@ -46,6 +46,10 @@ const (
 	volmgrMinWatchTimeout = 30 * time.Minute
 	// volmgrWatchesPerPod: a by-name watch of the PVC and of the PV.
 	volmgrWatchesPerPod = 2
+	// volmgrClaimResync caps the period of a settled claim's re-read
+	// (lifecycle/source/settle.go claimResync, ± 25 %), so that an
+	// expansion is seen as soon as the kubelet sees it.
+	volmgrClaimResync = time.Minute
 )
 
 // watchAllColumn says whether the steady state runs colVolmgrWatch: not
@@ -55,8 +59,9 @@ const (
 func watchAllColumn() bool { return selected(volmgr) && agentIdentity != identityNode }
 
 // volmgrSettledResync is csi-volmgr's default --settled-object-resync: a
-// settled PVC and PV are each read again every period ± 50 %
-// (lifecycle/source/settle.go), and no longer watched.
+// settled PV is read again every period ± 50 %, a settled PVC every
+// min(period, volmgrClaimResync) (lifecycle/source/settle.go), and
+// neither is watched any longer.
 var volmgrSettledResync = config.Defaults().SettledObjectResync.Duration
 
 // analyticPerPodMin is the steady-state API requests per pod per minute
@@ -71,7 +76,9 @@ func analyticPerPodMin(col *column) (float64, string) {
 		mean := volmgrMinWatchTimeout.Minutes() * 1.5
 		return volmgrWatchesPerPod / mean, fmt.Sprintf("%d watches re-opened every %v × U[1,2]", volmgrWatchesPerPod, volmgrMinWatchTimeout)
 	}
-	return 2 / volmgrSettledResync.Minutes(), fmt.Sprintf("2 GETs ÷ %v (settled re-read, ±50 %%)", volmgrSettledResync)
+	claim := min(volmgrSettledResync, volmgrClaimResync)
+	return 1/claim.Minutes() + 1/volmgrSettledResync.Minutes(),
+		fmt.Sprintf("1 GET of the claim ÷ %v + 1 GET of the volume ÷ %v (settled re-reads)", claim, volmgrSettledResync)
 }
 
 // steadySlot is one agent of the steady-state window: a column at a
