@@ -51,7 +51,11 @@ func (d desired) PodVolume(key volume.PodKey) (dsw.Use, bool) {
 
 // repairMounts runs the agent's mount check (lifecycle/mountcheck) as on a
 // driver's reconnection, publishing again what it hands back, as the
-// reconciler does, until every path of v is usable.
+// reconciler does, until every path of v is usable. The repair is the
+// agent's: a broken staging path is torn down (NodeUnpublishVolume of the
+// targets, NodeUnstageVolume) and staged again, a broken target is
+// unpublished and published again; the driver must tear down a broken mount
+// and need not replace one when asked to set it up again.
 func repairMounts(ctx context.Context, r *run, m *manager, v *vol, pods []int) error {
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
@@ -92,10 +96,11 @@ func repairMounts(ctx context.Context, r *run, m *manager, v *vol, pods []int) e
 		case <-ctx.Done():
 			got := "still broken: " + strings.Join(unusable(m, v, pods), "; ")
 			if lastErr != nil {
-				got += "; the last NodePublishVolume again: " + describe(lastErr)
+				got += "; the last publish again (NodeUnpublishVolume, NodePublishVolume): " + describe(lastErr)
 			}
 			return fail("repairing the mounts after the driver restarted",
-				"the staging path and the targets usable again once NodeStageVolume and NodePublishVolume are repeated at the same paths (a broken mount, ENOTCONN or EIO, replaced)", got)
+				"the staging path and the targets usable again once the broken mounts (ENOTCONN, EIO) are torn down and set up again at the same paths: "+
+					"NodeUnpublishVolume of each target and NodeUnstageVolume succeed and leave no mount, then NodeStageVolume and NodePublishVolume mount again", got)
 		}
 	}
 }

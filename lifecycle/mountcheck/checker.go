@@ -17,6 +17,7 @@ import (
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/dsw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/status"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 )
@@ -26,7 +27,7 @@ const QueueName = "csi_volmgr_mount_check"
 
 // ErrMountBroken is wrapped by the error recorded on a pod whose mount was
 // found broken: the publish is being set up again.
-var ErrMountBroken = errors.New("the volume's mount is broken")
+var ErrMountBroken = operations.ErrMountBroken
 
 // Reason values of a broken path, in logs, Events and errors.
 const (
@@ -51,9 +52,11 @@ type DesiredState interface {
 	PodVolume(key volume.PodKey) (dsw.Use, bool)
 }
 
-// Operations repairs: Stage again at the same staging path (a volume that
-// stays Staged whatever the driver answers), and marking a publish
-// uncertain so that the reconciler publishes it again; *operations.Operations
+// Operations repairs: Stage again (which, at a staging path that is a
+// broken mount, unpublishes the volume's targets and unstages it first,
+// leaving the targets' publishes uncertain), and marking a publish
+// uncertain so that the reconciler publishes it again (Publish at a target
+// that is a broken mount unpublishes it first); *operations.Operations
 // implements it.
 type Operations interface {
 	Stage(ctx context.Context, name volume.Name, src volume.Source, fsGroup *int64) error
@@ -115,14 +118,21 @@ type Config struct {
 // periodically. It probes
 // the staging path of every Staged volume of the driver and the target of
 // every Published use: a path whose stat fails with a broken-mount error
-// (ENOTCONN, EIO, ESTALE, ...) or that is missing is broken; a path that
-// is no longer a mount point is broken when it was one at the last check
-// or after its last stage or publish (a filesystem target must always be
-// one). A broken staging path is staged again at once (NodeStageVolume at
-// the same path, without unmounting anything: the volume stays Staged
-// whatever the driver answers); a broken target's publish is marked
-// uncertain, so that the pod is not ready meanwhile, and handed to the
-// reconciler, which publishes it again. Healthy mounts get no call. Each
+// (operations.IsBrokenMount: ENOTCONN, EIO, ESTALE, ECONNABORTED, ...) or
+// that is missing is broken; a path that is no longer a mount point is
+// broken when it was one at the last check or after its last stage or
+// publish (a filesystem target must always be one). Drivers do not replace
+// a broken mount when asked to set it up again (see
+// operations/brokenmount.go), so a broken mount is torn down first, as the
+// kubelet's teardown would: a broken staging path is repaired at once by
+// Stage, which sends NodeUnpublishVolume for every target of the volume
+// (left uncertain), NodeUnstageVolume and NodeStageVolume, and the targets
+// are handed to the reconciler, which publishes them again; a broken
+// target's publish is marked uncertain, so that the pod is not ready
+// meanwhile, and handed to the reconciler, whose Publish sends
+// NodeUnpublishVolume and then NodePublishVolume. A teardown that fails is
+// retried with backoff and nothing is recorded as torn down. Healthy mounts
+// get no call, nor does a staging path with a healthy target. Each
 // broken path and each recovery is counted
 // (csi_volmgr_broken_mounts_total, csi_volmgr_mount_recoveries_total) and a
 // recovered pod gets a VolumeMountRecovered Event.
@@ -302,6 +312,7 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 			}
 			c.recovered.WithLabelValues(v.Driver, "staging").Inc()
 			logger.Info("Staged the volume again", "stagingTargetPath", v.StagingPath)
+			c.requeueUnpublished(v.Name, reason)
 		}
 	}
 	targetMustMount := v.AccessType == volume.Filesystem
@@ -310,6 +321,10 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 			continue
 		}
 		if _, ok := c.cfg.Desired.PodVolume(p.Key); !ok {
+			continue
+		}
+		if now, ok := c.cfg.State.Pod(p.Key); !ok || now.State != volume.Published {
+			// The repair of the staging path unpublished it: requeued.
 			continue
 		}
 		reason := c.probe(ctx, p.TargetPath, targetMustMount)
@@ -336,6 +351,23 @@ func (c *Checker) checkVolume(ctx context.Context, v asw.VolumeStatus) error {
 		c.cfg.Requeue(p.Key)
 	}
 	return nil
+}
+
+// requeueUnpublished hands to the reconciler the wanted uses of a volume
+// whose publish the repair of its staging path left uncertain (their
+// targets were unpublished to unstage it), to be published again.
+func (c *Checker) requeueUnpublished(name volume.Name, reason string) {
+	for _, uid := range c.cfg.Desired.VolumePods(name) {
+		key := volume.PodKey{Volume: name, Pod: uid}
+		p, ok := c.cfg.State.Pod(key)
+		if !ok || p.State != volume.PublishUncertain || p.External {
+			continue
+		}
+		c.mu.Lock()
+		c.repairing[key] = "staging path " + reason
+		c.mu.Unlock()
+		c.cfg.Requeue(key)
+	}
 }
 
 // stageFSGroup is the fsGroup a stage sends: the first wanting pod's.

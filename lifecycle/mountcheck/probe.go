@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
+
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/operations"
 )
 
 // probe says why path is broken, "" when it is healthy or cannot be told
@@ -72,7 +73,7 @@ func (c *Checker) probe(ctx context.Context, path string, mustMount bool) string
 		return ""
 	}
 	switch {
-	case mount.IsCorruptedMnt(r.statErr):
+	case operations.IsBrokenMount(r.statErr):
 		return reasonCorrupted + " (" + r.statErr.Error() + ")"
 	case errors.Is(r.statErr, fs.ErrNotExist):
 		return reasonMissing

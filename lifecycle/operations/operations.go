@@ -3,6 +3,8 @@ package operations
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -98,10 +100,12 @@ type Operations struct {
 	secrets     Secrets
 	tokens      Tokens
 	mounts      Mounts
-	observer    Observer
-	gate        interface{ Err() error }
-	wanted      Wanted
-	owners      *owners
+	// stat stats a path (os.Stat; tests make paths look broken).
+	stat     func(string) (fs.FileInfo, error)
+	observer Observer
+	gate     interface{ Err() error }
+	wanted   Wanted
+	owners   *owners
 
 	locks   *locks
 	tree    *tree
@@ -145,6 +149,7 @@ func New(cfg Config) (*Operations, error) {
 		secrets:     cfg.Secrets,
 		tokens:      cfg.Tokens,
 		mounts:      mounts,
+		stat:        os.Stat,
 		observer:    cfg.Observer,
 		gate:        cfg.Gate,
 		wanted:      cfg.Wanted,

@@ -2,6 +2,7 @@ package operations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -139,6 +140,9 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		defer release()
 		afterStep = volume.StepApplyAccessControl
 		after = func() error { return o.changeOwnership(walkCtx, key, src.ID, pub.Target, pv) }
+	}
+	if err := s.repairTarget(ctx, client, src.Handle, pub.Target); err != nil {
+		return err
 	}
 	return s.run(ctx, publishPlan{
 		presentation: volume.Presentation{DevicePath: pub.DeviceLink, SELinuxContext: src.SELinuxContext},
@@ -325,6 +329,44 @@ func (s *publishStep) fail(err error) error {
 	s.o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepPublish, State: s.prev.State,
 		TargetPath: s.target, External: s.external, Migrated: s.migrated, Err: err})
 	return err
+}
+
+// repairTarget tears down the pod's target before it is published again
+// when the target is a broken mount of a publish that was recorded (present
+// or uncertain), or when the mount check marked the publish uncertain with
+// ErrMountBroken (the target missing, or no longer a mount point) and it is
+// still not a healthy mount: NodeUnpublishVolume, see brokenmount.go. The
+// publish stays uncertain meanwhile; an error is recorded as uncertain and
+// returned, and NodePublishVolume is not called.
+func (s *publishStep) repairTarget(ctx context.Context, client DriverClient, handle, target string) error {
+	if !s.known || s.prev.State == volume.NotPublished {
+		return nil
+	}
+	var why error
+	switch broken := s.o.statBroken(target); {
+	case broken != nil:
+		why = broken
+	case s.prev.State == volume.PublishUncertain && s.prev.LastError != nil && s.prev.LastError.Step == volume.StepPublish &&
+		errors.Is(s.prev.LastError.Err, ErrMountBroken) && !s.o.healthyMount(target):
+		// Marked by the mount check (a repair of the staging path records
+		// its unpublish, done, under StepUnpublish).
+		why = s.prev.LastError.Err
+	default:
+		return nil
+	}
+	s.logger.Info("Target is a broken mount; unpublishing it before publishing again", "targetPath", target, "err", why)
+	err := s.o.unpublishBroken(ctx, client, handle, target)
+	if err != nil {
+		s.o.state.RecordPublish(s.key, s.id, asw.PublishOutcome{Step: volume.StepUnpublish, State: volume.PublishUncertain,
+			TargetPath: s.target, External: s.external, Migrated: s.migrated, Err: err})
+		s.logger.V(2).Info("Unpublishing a broken mount failed", "err", err)
+		return err
+	}
+	// Nothing is published any more, though the state stays uncertain
+	// until the publish: a failure of the publish then leaves it uncertain
+	// (or NotPublished after a final error, with the record removed).
+	s.prev.State = volume.PublishUncertain
+	return nil
 }
 
 // publishPlan is a publish step ready to run.

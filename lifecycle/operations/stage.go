@@ -2,6 +2,7 @@ package operations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -106,8 +107,74 @@ func (o *Operations) Stage(ctx context.Context, name volume.Name, src volume.Sou
 			Secrets:           secrets,
 			VolumeContext:     src.Attributes,
 		}
+		if err := s.repairStaging(ctx, client, src.Handle, st.Path); err != nil {
+			return err
+		}
 	}
 	return s.run(ctx, p)
+}
+
+// repairStaging tears down a volume recorded as staged (or uncertain) whose
+// staging path is a broken mount before it is staged again, in the
+// kubelet's order (see brokenmount.go): NodeUnpublishVolume of every target
+// of the volume, each left PublishUncertain for the reconciler to publish
+// again once the volume is staged, then NodeUnstageVolume. The volume's
+// exclusive lock, held, keeps every publish out meanwhile. A target that is
+// a healthy mount is a running pod's: nothing is torn down, and the stage
+// is repeated at the broken path as it is (the driver may replace it).
+func (s *stageStep) repairStaging(ctx context.Context, client DriverClient, handle, path string) error {
+	if !s.known || s.prev.Stage == volume.NotStaged || s.prev.External {
+		return nil
+	}
+	o := s.o
+	broken := o.statBroken(path)
+	if broken == nil {
+		return nil
+	}
+	type target struct {
+		key volume.PodKey
+		pod asw.Pod
+	}
+	var targets []target
+	for _, uid := range o.state.Publishers(s.name) {
+		key := volume.PodKey{Volume: s.name, Pod: uid}
+		p, ok := o.state.Pod(key)
+		if !ok || p.TargetPath == "" {
+			continue
+		}
+		if p.External || o.healthyMount(p.TargetPath) {
+			s.logger.Info("Staging path is a broken mount but a pod's target is a healthy mount; staging again without unstaging",
+				"stagingTargetPath", path, "podUID", uid, "targetPath", p.TargetPath)
+			return nil
+		}
+		targets = append(targets, target{key: key, pod: p})
+	}
+	s.logger.Info("Staging path is a broken mount; unpublishing its targets and unstaging it before staging again",
+		"stagingTargetPath", path, "targets", len(targets), "err", broken)
+	for _, t := range targets {
+		err := o.unpublishBroken(ctx, client, handle, t.pod.TargetPath)
+		if err == nil {
+			err = fmt.Errorf("%w: the staging path %s is a broken mount (%w); the target was unpublished to stage the volume again",
+				ErrMountBroken, path, broken)
+		}
+		// Published again by the reconciler (uncertain and wanted) once the
+		// volume is staged, or unpublished again when no longer wanted.
+		o.state.RecordPublish(t.key, s.id, asw.PublishOutcome{Step: volume.StepUnpublish, State: volume.PublishUncertain,
+			TargetPath: t.pod.TargetPath, Err: err})
+		if !errors.Is(err, ErrMountBroken) {
+			return s.fail(err)
+		}
+	}
+	if err := o.unstageBroken(ctx, client, handle, path); err != nil {
+		o.state.RecordStage(s.name, s.id, asw.StageOutcome{Step: volume.StepUnstage, State: volume.StageUncertain,
+			StagingPath: s.prev.StagingPath, Migrated: s.migrated, Err: err})
+		s.logger.V(2).Info("Unstaging a broken mount failed", "err", err)
+		return err
+	}
+	// Nothing is staged any more: the stage that follows starts from
+	// uncertain, so that its failure is not taken for "still staged".
+	s.prev.Stage = volume.StageUncertain
+	return nil
 }
 
 // Unstage unstages volume name (NodeUnstageVolume, as the kubelet's csi_attacher.go UnmountDevice) and, on

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,18 +72,39 @@ func callsAfter(t *testing.T, p *plugintest.Plugin, handle string, pid int) []pl
 // running on it: one volume is FUSE-backed (its mounts die with the
 // plugin: ENOTCONN), one pod's target is lazily unmounted behind the
 // agent's back, one volume is left healthy. When the plugin is back and
-// registers again, the agent stages the FUSE volume again and publishes the
-// two broken targets again; the pods see their data through the mounts,
-// the healthy neighbour gets no call, and the recoveries are counted and
-// reported on the pods.
+// registers again, the agent repairs the FUSE volume (its target
+// unpublished, the staging path unstaged, then staged and published again)
+// and the lost target (unpublished, then published again); the pods see
+// their data through the mounts, the healthy neighbour gets no call, the
+// recoveries are counted and reported on the pods, and once the pods are
+// gone every volume is unstaged.
 func TestDriverRestartRepairsBrokenMounts(t *testing.T) {
 	t.Parallel()
+	driverRestartRepairs(t, false)
+}
+
+// TestDriverRestartRepairsBrokenMountsStrictDriver is the same against the
+// plugin in strict mode, as stock drivers behave: a NodePublishVolume over
+// a broken target fails (a FUSE driver's stat of its target), and a target
+// published over without an unpublish is recorded twice and then blocks
+// every NodeUnstageVolume (csi-driver-host-path).
+func TestDriverRestartRepairsBrokenMountsStrictDriver(t *testing.T) {
+	t.Parallel()
+	driverRestartRepairs(t, true)
+}
+
+func driverRestartRepairs(t *testing.T, strict bool) {
 	f := k8stest.New(t)
 	f.CreateNode(t)
 	a := startAgent(t, f, agentOptions{})
 	driver := uniqueDriverName()
 	createCSIDriver(t, f, driver, false)
 	p := startPlugin(t, a, driver, nodeCaps())
+	if strict {
+		if err := p.SetControl(plugin.FaultConfig{Strict: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	type use struct {
 		vol    plugin.Volume
@@ -148,11 +170,11 @@ func TestDriverRestartRepairsBrokenMounts(t *testing.T) {
 	if got := methodsAfter("healthy"); len(got) != 0 {
 		t.Errorf("the healthy neighbour got calls after the restart: %q", got)
 	}
-	if got := methodsAfter("lost"); len(got) != 1 || got[0] != nodePublish+"=OK" {
-		t.Errorf("calls for the lost target after the restart = %q, want one NodePublishVolume", got)
+	if got, want := methodsAfter("lost"), []string{nodeUnpublish + "=OK", nodePublish + "=OK"}; !slices.Equal(got, want) {
+		t.Errorf("calls for the lost target after the restart = %q, want %q", got, want)
 	}
-	if got := methodsAfter("fuse"); len(got) != 2 || got[0] != nodeStage+"=OK" || got[1] != nodePublish+"=OK" {
-		t.Errorf("calls for the FUSE volume after the restart = %q, want NodeStageVolume then NodePublishVolume", got)
+	if got, want := methodsAfter("fuse"), []string{nodeUnpublish + "=OK", nodeUnstage + "=OK", nodeStage + "=OK", nodePublish + "=OK"}; !slices.Equal(got, want) {
+		t.Errorf("calls for the FUSE volume after the restart = %q, want %q", got, want)
 	}
 	for _, c := range []struct {
 		path string
@@ -163,6 +185,22 @@ func TestDriverRestartRepairsBrokenMounts(t *testing.T) {
 			t.Errorf("csi_volmgr_mount_recoveries_total%v = %v, want %v", labels, got, c.want)
 		}
 	}
+
+	for _, u := range uses {
+		deletePod(t, f, u.pod)
+	}
+	eventually(t, "every volume unstaged in the plugin once the pods are gone", func() (bool, error) {
+		vols, err := p.Volumes()
+		if err != nil {
+			return false, err
+		}
+		for _, v := range vols {
+			if v.Staged != nil || len(v.Published) > 0 {
+				return false, fmt.Errorf("volume %s: staged %v, published at %v", v.Name, v.Staged != nil, slices.Collect(maps.Keys(v.Published)))
+			}
+		}
+		return true, nil
+	})
 }
 
 // waitPodEvent waits for an Event of eventType and reason on the pod whose
@@ -253,7 +291,10 @@ func TestDriverRestartWithoutRegistrationRepairsMount(t *testing.T) {
 	if got := reg.GetInfoCalls(); got != registrations {
 		t.Errorf("the registrar was asked GetInfo %d times after the restart, want none: the test must not register the driver again", got-registrations)
 	}
-	if got := methods(callsAfter(t, p, vol.ID, oldPID)); len(got) == 0 || got[len(got)-1] != nodePublish+"=OK" || slices.ContainsFunc(got, func(m string) bool { return !strings.HasPrefix(m, nodePublish+"=") }) {
-		t.Errorf("calls for the volume after the restart = %q, want NodePublishVolume only, the last one OK", got)
+	// The broken target is unpublished first, then published until the
+	// test lets the publish through.
+	if got := methods(callsAfter(t, p, vol.ID, oldPID)); len(got) < 2 || got[0] != nodeUnpublish+"=OK" || got[len(got)-1] != nodePublish+"=OK" ||
+		slices.ContainsFunc(got[1:], func(m string) bool { return !strings.HasPrefix(m, nodePublish+"=") }) {
+		t.Errorf("calls for the volume after the restart = %q, want NodeUnpublishVolume, then NodePublishVolume only, the last one OK", got)
 	}
 }

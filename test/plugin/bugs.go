@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 )
 
@@ -38,8 +39,9 @@ const (
 	// it has no record of: an unpublish cancelled half-way (its caller died) and repeated leaves the
 	// target mounted.
 	BugUnpublishTrustsRecord Bug = "unpublish-trusts-record"
-	// BugKeepBrokenMount: a repeated NodeStageVolume at a FUSE staging path whose mount is broken
-	// (the driver restarted) answers OK and keeps the broken mount.
+	// BugKeepBrokenMount: a NodeUnpublishVolume or NodeUnstageVolume of a FUSE mount that is broken
+	// (the driver restarted) answers OK and keeps the broken mount, and so does a repeated
+	// NodeStageVolume at a broken FUSE staging path.
 	BugKeepBrokenMount Bug = "keep-broken-mount"
 	// BugStageInProgressOK: a NodeStageVolume repeated while the first one of the volume is still
 	// running (slowed to 1.5s by the bug) answers OK at once, before the volume is staged.
@@ -115,4 +117,17 @@ func failUnmounted(m mount.Interface, path string) error {
 		return nil
 	}
 	return status.Errorf(codes.Internal, "bug unmounted-teardown-fails: umount %s: %v", path, unix.EINVAL)
+}
+
+// keptBroken is BugKeepBrokenMount in a teardown: true when path is a broken mount of a FUSE
+// volume that the bug keeps (the call then answers OK).
+func keptBroken(ctx context.Context, d *driver, logger klog.Logger, v *Volume, path string) bool {
+	if !isFuse(v) || !d.bug(ctx, BugKeepBrokenMount) {
+		return false
+	}
+	if _, err := os.Stat(path); !isBrokenMount(err) {
+		return false
+	}
+	logger.Info("Bug keep-broken-mount: answering OK and keeping the broken mount", "path", path)
+	return true
 }

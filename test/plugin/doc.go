@@ -74,7 +74,8 @@
 //	    "vol-…": {"status": "DEGRADED", "reason": "SlowDisk", "message": "…"}
 //	  },
 //	  "maxVolumesPerNode": 2,            // optional: replaces --max-volumes-per-node while set
-//	  "bugs": ["ignore-readonly"]        // optional: driver bugs to switch on (see Bug), for csi-volmgr check's tests
+//	  "bugs": ["ignore-readonly"],       // optional: driver bugs to switch on (see Bug), for csi-volmgr check's tests
+//	  "strict": true                     // optional: behave as stock drivers do with broken mounts (see FaultConfig.Strict)
 //	}
 //
 // Rules are tried in order and the first matching rule with firings left applies; its actions run in

@@ -155,6 +155,16 @@ type FaultConfig struct {
 	// Bugs switch on driver bugs (see Bug): behaviours a real node plugin gets wrong, for the tests of
 	// `csi-volmgr check`, each of which one of its scenarios must catch.
 	Bugs []Bug `json:"bugs,omitempty"`
+	// Strict makes the node service behave as stock drivers do where they are less forgiving than
+	// the plugin (within the CSI spec, so no scenario of `csi-volmgr check` fails on it):
+	//   - NodePublishVolume stats its target first and fails (Internal, "stat <target>: transport
+	//     endpoint is not connected") when the target is a broken mount, as a stock FUSE driver does,
+	//     instead of replacing the broken mount;
+	//   - a NodePublishVolume at a target the plugin records but that is not a mount point records it
+	//     once more, and a NodeUnpublishVolume removes one record, as csi-driver-host-path does: a
+	//     target published over without an unpublish keeps a record after the pod went, and every
+	//     NodeUnstageVolume is refused (FailedPrecondition, still published).
+	Strict bool `json:"strict,omitempty"`
 }
 
 // Validate checks every rule. Its errors wrap ErrInvalidFault.
@@ -215,6 +225,7 @@ type faultInjector struct {
 	health     map[string]HealthReport
 	maxVolumes *int64
 	bugs       []Bug
+	strict     bool
 	// key is the hash of the control file content; fired counts are kept per key.
 	key   string
 	fired []int
@@ -323,7 +334,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	if f.loaded && bytes.Equal(data, f.content) {
 		return
 	}
-	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs = true, data, nil, nil, nil, nil, nil
+	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict = true, data, nil, nil, nil, nil, nil, false
 	if len(data) == 0 {
 		return
 	}
@@ -339,7 +350,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	sum := sha256.Sum256(data)
 	f.key = hex.EncodeToString(sum[:])
 	f.rules = cfg.Rules
-	f.health, f.maxVolumes, f.bugs = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs
+	f.health, f.maxVolumes, f.bugs, f.strict = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs, cfg.Strict
 	f.fired = make([]int, len(cfg.Rules))
 	if counts, err := f.loadCounts(); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to load fault counts")
@@ -412,4 +423,15 @@ func (f *faultInjector) hasBug(ctx context.Context, b Bug) bool {
 	defer f.mu.Unlock()
 	f.reloadLocked(ctx)
 	return slices.Contains(f.bugs, b)
+}
+
+// isStrict says whether the control file sets Strict.
+func (f *faultInjector) isStrict(ctx context.Context) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	return f.strict
 }

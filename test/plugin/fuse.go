@@ -180,6 +180,12 @@ func replaceBrokenMount(logger klog.Logger, path string) error {
 	return nil
 }
 
+// isBrokenMount says whether err, from a stat, means a broken mount: mount-utils' IsCorruptedMnt,
+// or ECONNABORTED (a FUSE request in flight when the daemon died).
+func isBrokenMount(err error) bool {
+	return mount.IsCorruptedMnt(err) || errors.Is(err, unix.ECONNABORTED)
+}
+
 // fuseMountsOf lists the mount points of the plugin's FUSE mounts of the volumes in ids, deepest
 // first; for test cleanup.
 func fuseMountsOf(ids map[string]bool) ([]string, error) {

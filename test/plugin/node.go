@@ -180,6 +180,9 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 			return nil, err
 		}
 	}
+	if keptBroken(ctx, s.d, logger, &v, path) {
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
 	source, err := s.d.volumeSource(&v)
 	if err != nil {
 		return nil, ioStatus(err)
@@ -290,6 +293,19 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 
 	logger := klog.FromContext(ctx).WithValues("volume", id, "targetPath", target)
+	strict := s.d.faults.isStrict(ctx)
+	recordAgain := false
+	if strict {
+		// As a stock FUSE driver: the target is checked first, and a broken one is an error.
+		if _, err := os.Stat(target); isBrokenMount(err) {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		// As csi-driver-host-path: a recorded target that is not mounted is mounted and recorded again.
+		if _, exists := v.Published[target]; exists {
+			mounted, err := s.d.mounter.IsMountPoint(target)
+			recordAgain = err != nil || !mounted
+		}
+	}
 	if _, exists := v.Published[target]; exists && s.d.bug(ctx, BugPublishStacksMount) {
 		if _, err := os.Stat(target); err == nil && v.AccessType == AccessMount {
 			from := v.Path
@@ -314,10 +330,16 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		}
 		return nil, ioStatus(err)
 	}
-	if _, exists := v.Published[target]; !exists {
+	if _, exists := v.Published[target]; !exists || recordAgain {
 		if _, err := s.d.store.update(id, func(v *Volume) error {
 			if v.Published == nil {
 				v.Published = map[string]Publication{}
+			}
+			if p, ok := v.Published[target]; ok {
+				p.Extra++
+				v.Published[target] = p
+				logger.Info("Strict: recorded the target once more", "records", p.Extra+1)
+				return nil
 			}
 			v.Published[target] = want
 			return nil
@@ -425,6 +447,9 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 			return nil, status.Error(codes.Canceled, "bug unpublish-trusts-record: cancelled after forgetting the target, before unmounting")
 		}
 	}
+	if keptBroken(ctx, s.d, logger, &v, target) {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
 	source, err := s.d.volumeSource(&v)
 	if err != nil {
 		return nil, ioStatus(err)
@@ -445,7 +470,7 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		}
 	}
 	remaining := len(v.Published)
-	if recorded {
+	if recorded && v.Published[target].Extra == 0 {
 		remaining--
 	}
 	if v.AccessType == AccessBlock && v.Staged == nil && remaining == 0 {
@@ -460,7 +485,16 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	} else if recorded {
-		if _, err := s.d.store.update(id, func(v *Volume) error { delete(v.Published, target); return nil }); err != nil {
+		if _, err := s.d.store.update(id, func(v *Volume) error {
+			if p := v.Published[target]; p.Extra > 0 {
+				// Strict: one record of the target removed, others left.
+				p.Extra--
+				v.Published[target] = p
+				return nil
+			}
+			delete(v.Published, target)
+			return nil
+		}); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}

@@ -81,6 +81,9 @@ type Staging struct {
 	MountFlags []string `json:"mountFlags,omitempty"`
 	// MountGroup is the volume_mount_group of the volume capability.
 	MountGroup string `json:"mountGroup,omitempty"`
+	// Extra counts the records of the target beyond the first (FaultConfig.Strict: published again
+	// over a target that was not a mount point); each NodeUnpublishVolume removes one.
+	Extra int `json:"extra,omitempty"`
 }
 
 // Publication records one NodePublishVolume.
@@ -95,6 +98,9 @@ type Publication struct {
 	MountFlags []string `json:"mountFlags,omitempty"`
 	// MountGroup is the volume_mount_group of the volume capability.
 	MountGroup string `json:"mountGroup,omitempty"`
+	// Extra counts the records of the target beyond the first (FaultConfig.Strict: published again
+	// over a target that was not a mount point); each NodeUnpublishVolume removes one.
+	Extra int `json:"extra,omitempty"`
 }
 
 // clone returns a deep copy, so that callers never share maps with the store.
