@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,25 +207,29 @@ func TestPassesAgainstTheTestPlugin(t *testing.T) {
 }
 
 // TestEachScenarioCatchesItsBug: with one driver bug switched on in the
-// test plugin, the scenario that checks that behaviour fails, and only it.
+// test plugin, the scenario that checks that behaviour fails, and only it
+// (and the scenarios named in also, which meet the bug on their way).
 func TestEachScenarioCatchesItsBug(t *testing.T) {
 	table := []struct {
 		bug      plugin.Bug
 		scenario string
+		also     []string
 	}{
-		{plugin.BugFailConcurrentPublish, "publish-parallel"},
-		{plugin.BugPublishStacksMount, "repeat-calls"},
-		{plugin.BugIgnoreReadOnly, "readonly-readwrite"},
-		{plugin.BugUnmountedTeardownFails, "teardown-unmounted"},
-		{plugin.BugFormatOnStage, "data-survives-republish"},
-		{plugin.BugBlockPublishWithoutMount, "block-two-pods"},
-		{plugin.BugIgnoreMountGroup, "volume-mount-group"},
-		{plugin.BugStatsUsedZero, "volume-stats"},
-		{plugin.BugExpandNoop, "expand-published"},
-		{plugin.BugStageInProgressOK, "uncertain-stage"},
-		{plugin.BugStageUncheckedMount, "crash-after-stage"},
-		{plugin.BugUnpublishTrustsRecord, "crash-after-unpublish"},
-		{plugin.BugKeepBrokenMount, "driver-restart"},
+		{plugin.BugFailConcurrentPublish, "publish-parallel", nil},
+		{plugin.BugPublishStacksMount, "repeat-calls", nil},
+		{plugin.BugIgnoreReadOnly, "readonly-readwrite", nil},
+		{plugin.BugUnmountedTeardownFails, "teardown-unmounted", nil},
+		// The repair of a broken staging path stages the volume again,
+		// which such a driver formats.
+		{plugin.BugFormatOnStage, "data-survives-republish", []string{"driver-restart"}},
+		{plugin.BugBlockPublishWithoutMount, "block-two-pods", nil},
+		{plugin.BugIgnoreMountGroup, "volume-mount-group", nil},
+		{plugin.BugStatsUsedZero, "volume-stats", nil},
+		{plugin.BugExpandNoop, "expand-published", nil},
+		{plugin.BugStageInProgressOK, "uncertain-stage", nil},
+		{plugin.BugStageUncheckedMount, "crash-after-stage", nil},
+		{plugin.BugUnpublishTrustsRecord, "crash-after-unpublish", nil},
+		{plugin.BugKeepBrokenMount, "driver-restart", nil},
 	}
 	covered := map[string]bool{}
 	for _, tc := range table {
@@ -252,7 +257,7 @@ func TestEachScenarioCatchesItsBug(t *testing.T) {
 			_ = report.WriteTable(&out)
 			for _, res := range report.Results {
 				want := check.Pass
-				if res.Name == tc.scenario {
+				if res.Name == tc.scenario || slices.Contains(tc.also, res.Name) {
 					want = check.Fail
 				}
 				if res.Status != want {
