@@ -86,6 +86,11 @@ func (m *Manager) ContainersStopped(uid types.UID) {
 // shared with the cache: never modify it.
 func (m *Manager) SourcePod(uid types.UID) (*corev1.Pod, bool) { return m.pop.SourcePod(uid) }
 
+// SourcesSynced tells whether the pods of the node have been listed (the
+// API server's or the manifests'): before, a pod missing from SourcePod
+// may be one not read yet, not one gone.
+func (m *Manager) SourcesSynced() bool { return m.pop.HasSynced() }
+
 // RunningPods gives the runtime's report of the pods whose containers it
 // still runs (Config.WaitForContainersStopped; ignored otherwise): a pod
 // that left the desired state before the report and is not in it — or

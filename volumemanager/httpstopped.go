@@ -20,7 +20,10 @@ var (
 	// errStopLivePod: the API server has the pod, not marked for deletion
 	// nor terminal (409): its volumes are wanted, whatever is said of its
 	// containers.
-	errStopLivePod = errors.New("the pod is not being deleted: the API server has it without a deletionTimestamp, " +
+	// errStopNotSynced: the node's pods have not been listed yet (503): a
+	// pod the agent has not read may be a live one.
+	errStopNotSynced = errors.New("the agent has not listed the node's pods yet (an API server outage at start?); ask again")
+	errStopLivePod   = errors.New("the pod is not being deleted: the API server has it without a deletionTimestamp, " +
 		"and not in a terminal phase; containers-stopped is for a pod being deleted or gone from the API server")
 )
 
@@ -37,8 +40,12 @@ func (vm *VolumeManager) postContainersStopped(w http.ResponseWriter, r *http.Re
 	}
 	if err := vm.checkStopped(uid, ns, name); err != nil {
 		code := http.StatusConflict
-		if errors.Is(err, errStopUnknownPod) {
+		switch {
+		case errors.Is(err, errStopUnknownPod):
 			code = http.StatusNotFound
+		case errors.Is(err, errStopNotSynced):
+			code = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "1")
 		}
 		http.Error(w, fmt.Sprintf("containers-stopped of pod %s/%s (uid %s) refused: %v", ns, name, uid, err), code)
 		return
@@ -56,8 +63,12 @@ func (vm *VolumeManager) postContainersStopped(w http.ResponseWriter, r *http.Re
 // under its running containers. Where the agent knows the pod's name — in
 // the API server's cache, the desired state, or the volumes it tears down
 // — it must be namespace/name. A pod found only on disk at start has no
-// name the agent knows: its UID is enough.
+// name the agent knows: its UID is enough. Nothing is taken before the
+// node's pods were listed: until then a live pod looks gone.
 func (vm *VolumeManager) checkStopped(uid types.UID, namespace, name string) error {
+	if !vm.manager.SourcesSynced() {
+		return errStopNotSynced
+	}
 	if pod, ok := vm.manager.SourcePod(uid); ok {
 		if pod.Namespace != namespace || pod.Name != name {
 			return errStopOtherPod

@@ -85,6 +85,21 @@ func TestRegisterNodeServesProbesThroughAnAPIServerOutage(t *testing.T) {
 			t.Errorf("%s while the agent waits for the API server: %d %q (%v), want 200", path, code, body, err)
 		}
 	}
+	// The node's pods are not listed yet: a runtime's containers-stopped
+	// is not taken (a live pod not read yet would look gone), but asked
+	// again later.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://csi-volmgr"+volumemanager.PodsPath+"/ns/app/containers-stopped?uid=u-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := onSocket.Do(req); err != nil {
+		t.Errorf("containers-stopped while the agent waits for the API server: %v", err)
+	} else {
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("containers-stopped before the node's pods were listed: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
 	if _, err := f.Client.CoreV1().Nodes().Get(t.Context(), f.NodeName, metav1.GetOptions{}); err == nil {
 		t.Fatal("the Node exists before its API server was reachable")
 	}
