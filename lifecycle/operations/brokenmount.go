@@ -45,6 +45,31 @@ func (o *Operations) statBroken(path string) error {
 	return nil
 }
 
+// IsDeadMount says whether err, from a stat of a path, means that the
+// mount's server is gone for good: ENOTCONN, or ECONNABORTED for a request
+// in flight when it went (a FUSE daemon that died). Only such a mount is
+// torn down before it is set up again: the other errors IsBrokenMount
+// counts (EIO, ESTALE, EACCES, EWOULDBLOCK, ENODEV) may come from a
+// mount that still serves a running pod — a transient I/O error, a FUSE
+// mount without allow_other — and are left to the driver's set-up call,
+// as before.
+func IsDeadMount(err error) bool {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return false
+	}
+	return errno == syscall.ENOTCONN || errno == syscall.ECONNABORTED
+}
+
+// statDead stats path and returns the error when its mount is dead
+// (IsDeadMount), nil otherwise.
+func (o *Operations) statDead(path string) error {
+	if _, err := o.stat(path); IsDeadMount(err) {
+		return err
+	}
+	return nil
+}
+
 // makeMountDir creates a directory the driver mounts at. A directory that
 // is a broken mount (ENOTCONN, EIO, ...: a FUSE driver's mount whose server
 // died) exists, though MkdirAll cannot tell: it is left for the driver. A
@@ -77,9 +102,9 @@ var ErrBrokenMountStays = errors.New("still a mount point after the teardown of 
 // over (its one NodeUnpublishVolume then leaves a record, and every
 // NodeUnstageVolume is refused). What they all handle is a teardown of the
 // broken mount, as the kubelet's UnmountVolume sends it (CleanupMountPoint
-// handles corrupted mounts). So a set-up at a path that is a broken mount,
-// of a volume or use the agent recorded as set up (or uncertain), first
-// tears it down: NodeUnpublishVolume of the target, or NodeUnpublishVolume
+// handles corrupted mounts). So a set-up at a path whose mount is dead
+// (IsDeadMount), of a volume or use the agent recorded as set up (or
+// uncertain), first tears it down: NodeUnpublishVolume of the target, or NodeUnpublishVolume
 // of every target of the volume and then NodeUnstageVolume of the staging
 // path; then the set-up runs as usual. The records (publish and staged
 // records on disk, the actual state in memory) are kept throughout, with

@@ -332,3 +332,42 @@ func TestPublishRepairsTargetTheCheckFoundBroken(t *testing.T) {
 		t.Errorf("calls %q with a healthy mount, want %q", got, want)
 	}
 }
+
+// TestPublishTearsDownOnlyDeadTargets: a publish repeated over a published
+// target (a requiresRepublish, not marked by the mount check) unpublishes
+// it first only when its mount is dead (ENOTCONN, ECONNABORTED); a stat
+// error a mount that still serves its pod may answer (EIO, EACCES, ...)
+// gets the publish alone, whatever the driver answers to it.
+func TestPublishTearsDownOnlyDeadTargets(t *testing.T) {
+	// want is the calls of a dead mount; nil: no NodeUnpublishVolume.
+	for _, tc := range []struct {
+		errno syscall.Errno
+		want  []string
+	}{
+		{syscall.ENOTCONN, []string{"NodeUnpublishVolume", "NodePublishVolume"}},
+		{syscall.ECONNABORTED, []string{"NodeUnpublishVolume", "NodePublishVolume"}},
+		{syscall.EIO, nil},
+		{syscall.EACCES, nil},
+		{syscall.EWOULDBLOCK, nil},
+	} {
+		t.Run(tc.errno.Error(), func(t *testing.T) {
+			ctx := testContext(t)
+			h, paths, src, key, target := strictHarness(t, tc.errno)
+			paths.set(target, true)
+			mark := callMark(h)
+			err := h.ops.Publish(ctx, key, src, podVolume("pod-1", "p1"))
+			// The strict driver refuses to publish over the broken target
+			// it was not asked to unpublish: that error is the driver's.
+			if dead := len(tc.want) == 2; dead && err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			got := nodeCalls(h, mark)
+			if dead := len(tc.want) == 2; dead && !slices.Equal(got, tc.want) {
+				t.Errorf("calls %q, want %q", got, tc.want)
+			}
+			if !slices.Equal(tc.want, []string{"NodeUnpublishVolume", "NodePublishVolume"}) && slices.Contains(got, "NodeUnpublishVolume") {
+				t.Errorf("calls %q: a mount that may still serve its pod was unpublished", got)
+			}
+		})
+	}
+}

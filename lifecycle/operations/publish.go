@@ -332,7 +332,7 @@ func (s *publishStep) fail(err error) error {
 }
 
 // repairTarget tears down the pod's target before it is published again
-// when the target is a broken mount of a publish that was recorded (present
+// when the target is a dead mount (IsDeadMount) of a publish that was recorded (present
 // or uncertain), or when the mount check marked the publish uncertain with
 // ErrMountBroken (the target missing, or no longer a mount point) and it is
 // still not a healthy mount: NodeUnpublishVolume, see brokenmount.go. The
@@ -343,7 +343,7 @@ func (s *publishStep) repairTarget(ctx context.Context, client DriverClient, han
 		return nil
 	}
 	var why error
-	switch broken := s.o.statBroken(target); {
+	switch broken := s.o.statDead(target); {
 	case broken != nil:
 		why = broken
 	case s.prev.State == volume.PublishUncertain && s.prev.LastError != nil && s.prev.LastError.Step == volume.StepPublish &&

@@ -127,7 +127,7 @@ func (s *stageStep) repairStaging(ctx context.Context, client DriverClient, hand
 		return nil
 	}
 	o := s.o
-	broken := o.statBroken(path)
+	broken := o.statDead(path)
 	if broken == nil {
 		return nil
 	}
