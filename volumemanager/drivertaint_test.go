@@ -3,6 +3,8 @@ package volumemanager_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,7 +28,7 @@ import (
 // client and expects one driver, whose name it returns with the agent's
 // plugin registration directory. The agent logs into ctx's logger and
 // stops when the test ends.
-func startExpectingDriver(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, nodeIdentity bool) (driver, regDir string) {
+func startExpectingDriver(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, nodeIdentity bool) (driver, regDir string, vm *volumemanager.VolumeManager) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent"))
@@ -42,7 +44,7 @@ func startExpectingDriver(ctx context.Context, t *testing.T, client kubernetes.I
 		t.Fatal(err)
 	}
 	driver = "d" + utilrand.String(6) + ".dt.csi-volmgr.io"
-	vm, err := volumemanager.New(ctx, volumemanager.Config{
+	vm, err = volumemanager.New(ctx, volumemanager.Config{
 		NodeName: name, RootDir: root, KubeClient: client, RegisterNode: true, ExpectedDrivers: []string{driver},
 		NodeIdentity: nodeIdentity,
 		Tuning:       volumemanager.Tuning{RegistryRetryBaseDelay: 50 * time.Millisecond, RegistryRetryMaxDelay: time.Second},
@@ -58,7 +60,7 @@ func startExpectingDriver(ctx context.Context, t *testing.T, client kubernetes.I
 			t.Errorf("agent stopped with an error: %v", err)
 		}
 	})
-	return driver, regDir
+	return driver, regDir, vm
 }
 
 // nodeReady returns the Node's Ready condition, nil without one.
@@ -82,7 +84,7 @@ func TestExpectedDriversTaint(t *testing.T) {
 	t.Cleanup(func() {
 		_ = f.Client.CoreV1().Nodes().Delete(context.WithoutCancel(t.Context()), f.NodeName, metav1.DeleteOptions{})
 	})
-	driver, regDir := startExpectingDriver(ctx, t, f.Client, f.NodeName, false)
+	driver, regDir, vm := startExpectingDriver(ctx, t, f.Client, f.NodeName, false)
 	tainted := func(want bool) func(context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
 			node, err := f.Client.CoreV1().Nodes().Get(ctx, f.NodeName, metav1.GetOptions{})
@@ -109,7 +111,11 @@ func TestExpectedDriversTaint(t *testing.T) {
 	p = plugintest.Start(t, plugintest.Options{Name: driver, RegistrationDir: regDir})
 	poll(t, "the taint removed once the driver registered again", tainted(false))
 	setOwnerLabel(t, f, false)
-	time.Sleep(time.Second) // the keeper's watch sees the label go
+	poll(t, "the agent to see the label go (/readyz fails)", func(context.Context) (bool, error) {
+		rec := httptest.NewRecorder()
+		vm.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code != http.StatusOK, nil
+	})
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +162,7 @@ func TestExpectedDriversAsNode(t *testing.T) {
 	}
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	logs := logger.GetSink().(ktesting.Underlier).GetBuffer()
-	driver, regDir := startExpectingDriver(klog.NewContext(t.Context(), logger), t, client, name, true)
+	driver, regDir, _ := startExpectingDriver(klog.NewContext(t.Context(), logger), t, client, name, true)
 
 	var last *corev1.Node
 	ready := func(want corev1.ConditionStatus) func(context.Context) (bool, error) {

@@ -101,7 +101,7 @@ type world struct {
 // certificate reaches its Node's objects only.
 func TestNodeIdentity(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the CSI test plugin mounts")
+		t.Fatal("needs root: the CSI test plugin mounts (make e2e runs as root)")
 	}
 	// Build the agent and the plugin while the API server starts.
 	go func() { _, _ = agenttest.Binary() }()
