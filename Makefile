@@ -318,6 +318,38 @@ bench-kubelet-stress: kubelet-bench-bins ## The stress rows, run once: bursts of
 	cd test/kubelet && $(GO) run ./cmd/benchrender -in $(CURDIR)/$(STRESS_JSON) -source $(STRESS_JSON) -name stress \
 	  -md $(CURDIR)/docs/performance.md -svg $(CURDIR)/$(BENCH_DOCS)/stress
 
+##@ Stock CSI drivers (issue 34; root; not part of `make test`, see docs/drivers.md)
+
+# DRIVERS are the directories of test/drivers that `make drivers` runs. Each
+# driver's binaries are built by its rule drivers-bins-<name> into
+# bin/drivers/<name>/, from a module of its own (test/drivers/<name>/tools):
+# the drivers' dependency graphs conflict with csi-volmgr's.
+DRIVERS         ?= juicefs
+DRIVERS_BIN     := $(BIN)/drivers
+DRIVERS_RESULTS ?= docs/drivers/results
+DRIVERS_TIMEOUT ?= 30m
+
+.PHONY: drivers
+drivers: e2e-bins $(addprefix drivers-bins-,$(DRIVERS)) ## Real CSI drivers built from their modules (DRIVERS=juicefs ...): csi-volmgr check against each node plugin, and the agent's lifecycle with it on a real control plane; results into docs/drivers/results/, the table of docs/drivers.md rendered from them and printed.
+	@rc=0; for d in $(DRIVERS); do \
+	  echo "== make drivers: $$d (log: $(BIN)/drivers-$$d.log)"; \
+	  DRIVERS_RESULTS=$(CURDIR)/$(DRIVERS_RESULTS) DRIVERS_BIN=$(DRIVERS_BIN) \
+	    $(GO) test -tags drivers -race -count=1 -timeout $(DRIVERS_TIMEOUT) -v ./test/drivers/$$d/... >$(BIN)/drivers-$$d.log 2>&1 || rc=1; \
+	  grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL)\s' $(BIN)/drivers-$$d.log || true; \
+	done; \
+	$(GO) run ./hack/driverstable -results $(DRIVERS_RESULTS) -doc docs/drivers.md; \
+	exit $$rc
+
+JUICEFS_BIN := $(DRIVERS_BIN)/juicefs
+
+.PHONY: drivers-bins-juicefs
+drivers-bins-juicefs: $(JUICEFS_BIN)/juicefs-csi-driver $(JUICEFS_BIN)/juicefs ## Build the JuiceFS CSI driver v0.30.1 and the juicefs client v1.3.1 into bin/drivers/juicefs (only when missing).
+
+$(JUICEFS_BIN)/juicefs-csi-driver:
+	cd test/drivers/juicefs/tools && $(GO) build -o $@ github.com/juicedata/juicefs-csi-driver/cmd
+$(JUICEFS_BIN)/juicefs:
+	cd test/drivers/juicefs/tools/client && $(GO) build -o $@ github.com/juicedata/juicefs
+
 ##@ Reliability (issue 16; not part of `make test`, see docs/reliability.md)
 
 SEED     ?= 0
