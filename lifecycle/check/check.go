@@ -53,6 +53,13 @@ type Config struct {
 	VolumeHandle string
 	// VolumeContext is the volume context that goes with VolumeHandle.
 	VolumeContext map[string]string
+	// Secrets, when set, are the Secret every volume of the check names in
+	// its nodeStageSecretRef, nodePublishSecretRef and nodeExpandSecretRef:
+	// NodeStageVolume, NodePublishVolume and NodeExpandVolume get them, as
+	// from the agent, for drivers that take their credentials from there.
+	// They reach the crash scenarios' volume manager process on its stdin,
+	// never on a command line, and are in no report.
+	Secrets map[string]string
 	// Scenario, when set, selects the scenarios whose name it matches.
 	Scenario *regexp.Regexp
 	// ScratchDir is where the scratch root is made; empty means the

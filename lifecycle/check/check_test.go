@@ -403,3 +403,63 @@ func TestTakesAVolumeHandleWithoutAController(t *testing.T) {
 	}
 	assertNothingLeft(t, scratch)
 }
+
+// TestGivesTheSecretsToTheNodeCalls: against a plugin that needs node
+// secrets (the test plugin's requireNodeSecrets, as the JuiceFS CSI driver
+// needs its metaurl), the check without Config.Secrets fails the publish with
+// the driver's word; with them, the scenarios pass — in the check's own
+// volume manager, in the crash scenarios' child process, and in the repair
+// after a driver restart — and no report holds a secret's value.
+func TestGivesTheSecretsToTheNodeCalls(t *testing.T) {
+	p := newTestPlugin(t)
+	if err := plugin.WriteFaultConfig(p.control, plugin.FaultConfig{RequireNodeSecrets: []string{"metaurl", "name"}}); err != nil {
+		t.Fatal(err)
+	}
+	const value = "sqlite3:///secret-value-never-reported.db"
+	scratch := t.TempDir()
+	cfg := p.config(t, scratch)
+	cfg.Scenario = regexp.MustCompile(`^(publish-parallel|crash-after-stage|driver-restart)$`)
+
+	report, err := check.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range statuses(report) {
+		if st != check.Fail {
+			t.Errorf("without secrets, scenario %s: %s, want fail", name, st)
+		}
+	}
+	var js bytes.Buffer
+	if err := report.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `secret key \"metaurl\" missing`) {
+		t.Errorf("the report does not show the driver's refusal:\n%s", js.String())
+	}
+
+	cfg.Secrets = map[string]string{"metaurl": value, "name": "vol"}
+	report, err = check.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statuses(report); len(got) != 3 {
+		t.Errorf("scenarios run: %v", got)
+	}
+	for _, res := range report.Results {
+		if res.Status != check.Pass {
+			t.Errorf("with secrets, scenario %s: %s (%s: expected %s, got %s)", res.Name, res.Status, res.Reason, res.Expected, res.Got)
+		}
+	}
+	js.Reset()
+	if err := report.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := report.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(js.String()+table.String(), value) {
+		t.Error("a report holds the secret's value")
+	}
+	assertNothingLeft(t, scratch, p.stateDir)
+}

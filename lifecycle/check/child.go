@@ -37,6 +37,8 @@ type childSpec struct {
 	Policy         volume.Policy     `json:"policy"`
 	PublishContext map[string]string `json:"publishContext,omitempty"`
 	Pod            int               `json:"pod"`
+	// Secrets are Config.Secrets, on the child's stdin.
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// Steps are "stage", "publish" and "unpublish", in order.
 	Steps []string `json:"steps"`
 }
@@ -82,6 +84,7 @@ func RunChild(ctx context.Context, in io.Reader, out io.Writer) int {
 		Drivers:     operations.DriversFunc(func(string) (operations.DriverClient, bool) { return rec, true }),
 		Policies:    policies{spec.Policy},
 		Attachments: staticAttachment(spec),
+		Secrets:     staticSecrets(spec.Secrets),
 		State:       w,
 	})
 	if err != nil {
@@ -131,7 +134,7 @@ func (s staticAttachment) Get(name string) (*storagev1.VolumeAttachment, error) 
 // process ended, for the report.
 func (r *run) crash(ctx context.Context, v *vol, i int, steps []string) (string, error) {
 	spec := childSpec{Root: r.root, Endpoint: r.cfg.Endpoint, Driver: r.driver, Timeout: r.cfg.Timeout,
-		Source: v.src, Policy: r.policy(), PublishContext: v.publishContext, Pod: i, Steps: steps}
+		Source: v.src, Policy: r.policy(), PublishContext: v.publishContext, Pod: i, Steps: steps, Secrets: r.cfg.Secrets}
 	cmd := r.cfg.Child(ctx)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +24,24 @@ import (
 
 // nodeName is the node the check's volume manager stands for.
 const nodeName = "csi-volmgr-check"
+
+// secretNamespace and secretName name the Secret of Config.Secrets in the
+// volumes' secret references.
+const (
+	secretNamespace = "csi-volmgr-check"
+	secretName      = "check-secrets"
+)
+
+// staticSecrets is the Secret source of the check's volume managers: the one
+// Secret of Config.Secrets.
+type staticSecrets map[string]string
+
+func (s staticSecrets) GetSecret(_ context.Context, namespace, name string) (map[string]string, error) {
+	if namespace != secretNamespace || name != secretName || s == nil {
+		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), namespace+"/"+name)
+	}
+	return maps.Clone(s), nil
+}
 
 // run is one scenario's run: its root and what it made.
 type run struct {
@@ -101,6 +120,7 @@ func (r *run) newManager() (*manager, error) {
 		Drivers:     operations.DriversFunc(func(string) (operations.DriverClient, bool) { return r.rec, true }),
 		Policies:    policies{r.policy()},
 		Attachments: attachments{r},
+		Secrets:     staticSecrets(r.cfg.Secrets),
 		State:       w,
 	})
 	if err != nil {
@@ -150,6 +170,10 @@ func (r *run) newVolume(ctx context.Context, access volume.AccessType) (*vol, er
 		AccessModes:   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Attributes:    attrs,
 		CapacityBytes: size,
+	}
+	if len(r.cfg.Secrets) > 0 {
+		ref := &volume.SecretRef{Namespace: secretNamespace, Name: secretName}
+		v.src.StageSecret, v.src.PublishSecret, v.src.ExpandSecret = ref, ref, ref
 	}
 	v.name = volume.PersistentName(r.driver, handle)
 	r.mu.Lock()

@@ -165,6 +165,11 @@ type FaultConfig struct {
 	//     target published over without an unpublish keeps a record after the pod went, and every
 	//     NodeUnstageVolume is refused (FailedPrecondition, still published).
 	Strict bool `json:"strict,omitempty"`
+	// RequireNodeSecrets are keys NodeStageVolume and NodePublishVolume require in their secrets, as
+	// drivers that take their credentials from nodeStageSecretRef or nodePublishSecretRef do (the
+	// JuiceFS CSI driver needs metaurl, name, storage and bucket): a call without one of them fails
+	// with InvalidArgument naming the missing key, never its value.
+	RequireNodeSecrets []string `json:"requireNodeSecrets,omitempty"`
 }
 
 // Validate checks every rule. Its errors wrap ErrInvalidFault.
@@ -226,6 +231,7 @@ type faultInjector struct {
 	maxVolumes *int64
 	bugs       []Bug
 	strict     bool
+	secrets    []string
 	// key is the hash of the control file content; fired counts are kept per key.
 	key   string
 	fired []int
@@ -334,7 +340,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	if f.loaded && bytes.Equal(data, f.content) {
 		return
 	}
-	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict = true, data, nil, nil, nil, nil, nil, false
+	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict, f.secrets = true, data, nil, nil, nil, nil, nil, false, nil
 	if len(data) == 0 {
 		return
 	}
@@ -350,7 +356,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	sum := sha256.Sum256(data)
 	f.key = hex.EncodeToString(sum[:])
 	f.rules = cfg.Rules
-	f.health, f.maxVolumes, f.bugs, f.strict = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs, cfg.Strict
+	f.health, f.maxVolumes, f.bugs, f.strict, f.secrets = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs, cfg.Strict, cfg.RequireNodeSecrets
 	f.fired = make([]int, len(cfg.Rules))
 	if counts, err := f.loadCounts(); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to load fault counts")
@@ -434,4 +440,20 @@ func (f *faultInjector) isStrict(ctx context.Context) bool {
 	defer f.mu.Unlock()
 	f.reloadLocked(ctx)
 	return f.strict
+}
+
+// missingSecret returns the first key of RequireNodeSecrets that secrets lack, "" when none does.
+func (f *faultInjector) missingSecret(ctx context.Context, secrets map[string]string) string {
+	if f == nil {
+		return ""
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	for _, k := range f.secrets {
+		if _, ok := secrets[k]; !ok {
+			return k
+		}
+	}
+	return ""
 }

@@ -50,6 +50,9 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := checkMountGroup(c); err != nil {
 		return nil, err
 	}
+	if k := s.d.faults.missingSecret(ctx, req.GetSecrets()); k != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "secret key %q missing in the node stage secrets", k)
+	}
 	if s.d.bug(ctx, BugStageInProgressOK) {
 		if _, running := s.d.staging.LoadOrStore(id, true); running {
 			klog.FromContext(ctx).Info("Bug stage-in-progress-ok: answering OK while the first stage runs", "volume", id)
@@ -240,6 +243,9 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	if err := checkMountGroup(c); err != nil {
 		return nil, err
+	}
+	if k := s.d.faults.missingSecret(ctx, req.GetSecrets()); k != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "secret key %q missing in the node publish secrets", k)
 	}
 	ephemeral := isEphemeral(req.GetVolumeContext())
 	staging := ""

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
 )
@@ -29,6 +30,7 @@ func newCheckCommand() *cobra.Command {
 	var (
 		cfg                   check.Config
 		scenario, junit, out  string
+		secretsFile           string
 		verbose               bool
 		params, volumeContext map[string]string
 	)
@@ -53,6 +55,13 @@ is used; what the driver does not offer is skipped with the reason.`,
 				cfg.Scenario = re
 			}
 			cfg.Params, cfg.VolumeContext = params, volumeContext
+			if secretsFile != "" {
+				secrets, err := readCheckSecrets(secretsFile)
+				if err != nil {
+					return err
+				}
+				cfg.Secrets = secrets
+			}
 			self, err := os.Executable()
 			if err != nil {
 				return err
@@ -123,6 +132,7 @@ is used; what the driver does not offer is skipped with the reason.`,
 	f.StringToStringVar(&params, "params", nil, "CreateVolume parameters, k=v,k2=v2.")
 	f.StringVar(&cfg.VolumeHandle, "volume-handle", "", "A filesystem volume to use when the driver has no controller service to create volumes.")
 	f.StringToStringVar(&volumeContext, "volume-context", nil, "The volume context of --volume-handle, k=v,k2=v2.")
+	f.StringVar(&secretsFile, "secrets-file", "", "A file of the Secret the check's volumes name as nodeStageSecretRef, nodePublishSecretRef and nodeExpandSecretRef: a YAML or JSON object of string keys and values (a Secret's stringData), for drivers that take their credentials from there. Never logged or reported.")
 	f.StringVar(&scenario, "scenario", "", "Run only the scenarios whose name matches this regular expression.")
 	f.StringVar(&junit, "junit", "", "Also write the report as JUnit XML to this file.")
 	f.StringVarP(&out, "output", "o", "table", "Report format: table or json.")
@@ -148,4 +158,21 @@ func newCheckStepCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// readCheckSecrets reads --secrets-file: a YAML or JSON object of string keys
+// and values. Its errors name the file, never a value.
+func readCheckSecrets(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--secrets-file: %w", err)
+	}
+	var secrets map[string]string
+	if err := yaml.UnmarshalStrict(data, &secrets); err != nil {
+		return nil, fmt.Errorf("--secrets-file %s: want an object of string keys and values", path)
+	}
+	if len(secrets) == 0 {
+		return nil, fmt.Errorf("--secrets-file %s: no key", path)
+	}
+	return secrets, nil
 }
