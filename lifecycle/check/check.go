@@ -333,6 +333,7 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 	res.Cleanup = r.cleanup(cctx)
 	res.Calls = e.rec.take()
 	var f *failure
+	var sk *skip
 	switch {
 	case err == nil && len(res.Cleanup) > 0:
 		res.Status, res.Reason = Fail, "cleanup after the scenario"
@@ -342,6 +343,8 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 		res.Status = Pass
 	case errors.As(err, &f):
 		res.Status, res.Reason, res.Expected, res.Got = Fail, f.step, f.expected, f.got
+	case errors.As(err, &sk) && len(res.Cleanup) == 0:
+		res.Status, res.Reason = Skipped, sk.reason
 	case ctx.Err() != nil:
 		res.Status, res.Reason, res.Got = Fail, "interrupted", err.Error()
 	default:
@@ -349,6 +352,12 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 	}
 	return res
 }
+
+// skip ends a scenario that finds, once it runs, that the driver does not
+// offer what it checks: a filesystem-only driver that refuses a block volume.
+type skip struct{ reason string }
+
+func (s *skip) Error() string { return "skipped: " + s.reason }
 
 // failure is a scenario's failure: at which step, what the CSI spec or the
 // kubelet expects, what the driver did.

@@ -463,3 +463,37 @@ func TestGivesTheSecretsToTheNodeCalls(t *testing.T) {
 	}
 	assertNothingLeft(t, scratch, p.stateDir)
 }
+
+// TestSkipsBlockOnAFilesystemOnlyDriver: a driver that refuses block volumes
+// at CreateVolume (InvalidArgument, as JuiceFS does) has block-two-pods
+// skipped with its answer as the reason, not failed: no kubelet ever
+// publishes a block volume of it.
+func TestSkipsBlockOnAFilesystemOnlyDriver(t *testing.T) {
+	p := newTestPlugin(t)
+	if err := plugin.WriteFaultConfig(p.control, plugin.FaultConfig{FilesystemOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	scratch := t.TempDir()
+	cfg := p.config(t, scratch)
+	cfg.Scenario = regexp.MustCompile(`^(block-two-pods|publish-parallel)$`)
+	report, err := check.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range report.Results {
+		switch res.Name {
+		case "block-two-pods":
+			if res.Status != check.Skipped || !strings.Contains(res.Reason, "refuses block volumes") || !strings.Contains(res.Reason, "InvalidArgument") {
+				t.Errorf("block-two-pods: %s (%s; %s), want skipped with the driver's answer", res.Status, res.Reason, res.Got)
+			}
+		default:
+			if res.Status != check.Pass {
+				t.Errorf("%s: %s (%s: %s)", res.Name, res.Status, res.Reason, res.Got)
+			}
+		}
+	}
+	if report.Failed() {
+		t.Errorf("the report says failed: %v", report.Cleanup)
+	}
+	assertNothingLeft(t, scratch, p.stateDir)
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -156,6 +158,11 @@ func (r *run) newVolume(ctx context.Context, access volume.AccessType) (*vol, er
 			CapacityRange: &csi.CapacityRange{RequiredBytes: r.cfg.VolumeSize},
 		})
 		r.rec.controller("CreateVolume", start, err)
+		if access == volume.Block && status.Code(err) == codes.InvalidArgument {
+			// The driver's answer to a capability it does not offer
+			// (csi-sanity's): no kubelet ever publishes a block volume of it.
+			return nil, &skip{reason: "the driver refuses block volumes: CreateVolume answered " + describe(err)}
+		}
 		if err != nil {
 			return nil, fail("CreateVolume", "a new volume", err)
 		}

@@ -46,6 +46,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		if accessType(c) != accessType(caps[0]) {
 			return nil, status.Error(codes.InvalidArgument, "volume capabilities mix block and mount access types")
 		}
+		if c.GetBlock() != nil && s.d.faults.filesystemOnly(ctx) {
+			return nil, status.Error(codes.InvalidArgument, "block volumes are not supported: a filesystem-only driver")
+		}
 	}
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "volume content sources are not supported")

@@ -76,7 +76,8 @@
 //	  "maxVolumesPerNode": 2,            // optional: replaces --max-volumes-per-node while set
 //	  "bugs": ["ignore-readonly"],       // optional: driver bugs to switch on (see Bug), for csi-volmgr check's tests
 //	  "strict": true,                    // optional: behave as stock drivers do with broken mounts (see FaultConfig.Strict)
-//	  "requireNodeSecrets": ["metaurl"]  // optional: keys NodeStage/NodePublishVolume need in their secrets (InvalidArgument without)
+//	  "requireNodeSecrets": ["metaurl"], // optional: keys NodeStage/NodePublishVolume need in their secrets (InvalidArgument without)
+//	  "filesystemOnly": true             // optional: CreateVolume refuses block volumes (InvalidArgument)
 //	}
 //
 // Rules are tried in order and the first matching rule with firings left applies; its actions run in

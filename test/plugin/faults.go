@@ -170,6 +170,9 @@ type FaultConfig struct {
 	// JuiceFS CSI driver needs metaurl, name, storage and bucket): a call without one of them fails
 	// with InvalidArgument naming the missing key, never its value.
 	RequireNodeSecrets []string `json:"requireNodeSecrets,omitempty"`
+	// FilesystemOnly makes CreateVolume refuse block volumes (InvalidArgument), as filesystem-only
+	// drivers (JuiceFS, NFS, the FUSE drivers) do.
+	FilesystemOnly bool `json:"filesystemOnly,omitempty"`
 }
 
 // Validate checks every rule. Its errors wrap ErrInvalidFault.
@@ -232,6 +235,7 @@ type faultInjector struct {
 	bugs       []Bug
 	strict     bool
 	secrets    []string
+	fsOnly     bool
 	// key is the hash of the control file content; fired counts are kept per key.
 	key   string
 	fired []int
@@ -340,7 +344,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	if f.loaded && bytes.Equal(data, f.content) {
 		return
 	}
-	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict, f.secrets = true, data, nil, nil, nil, nil, nil, false, nil
+	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict, f.secrets, f.fsOnly = true, data, nil, nil, nil, nil, nil, false, nil, false
 	if len(data) == 0 {
 		return
 	}
@@ -356,7 +360,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	sum := sha256.Sum256(data)
 	f.key = hex.EncodeToString(sum[:])
 	f.rules = cfg.Rules
-	f.health, f.maxVolumes, f.bugs, f.strict, f.secrets = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs, cfg.Strict, cfg.RequireNodeSecrets
+	f.health, f.maxVolumes, f.bugs, f.strict, f.secrets, f.fsOnly = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs, cfg.Strict, cfg.RequireNodeSecrets, cfg.FilesystemOnly
 	f.fired = make([]int, len(cfg.Rules))
 	if counts, err := f.loadCounts(); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to load fault counts")
@@ -456,4 +460,15 @@ func (f *faultInjector) missingSecret(ctx context.Context, secrets map[string]st
 		}
 	}
 	return ""
+}
+
+// filesystemOnly says whether the control file sets FilesystemOnly.
+func (f *faultInjector) filesystemOnly(ctx context.Context) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	return f.fsOnly
 }
