@@ -17,6 +17,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
@@ -494,6 +495,51 @@ func TestSkipsBlockOnAFilesystemOnlyDriver(t *testing.T) {
 	}
 	if report.Failed() {
 		t.Errorf("the report says failed: %v", report.Cleanup)
+	}
+	assertNothingLeft(t, scratch, p.stateDir)
+}
+
+// TestRepairRetriesAFailedPublish: right after its restart a driver may
+// answer the repair's first publish with an error (here the restarted
+// plugin answers its first NodePublishVolume Unavailable, as a driver not
+// ready yet); the repair tries again with the kubelet's backoff, as the
+// reconciler does, and the scenario passes. The driver command switches the
+// fault on when it starts the plugin the second time.
+func TestRepairRetriesAFailedPublish(t *testing.T) {
+	p := newTestPlugin(t)
+	rule, err := json.Marshal(plugin.FaultConfig{Rules: []plugin.FaultRule{
+		{Method: "NodePublishVolume", Code: codes.Unavailable, Message: "not ready yet", Times: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, started := filepath.Join(p.dir, "restart-rules.json"), filepath.Join(p.dir, "started")
+	if err := os.WriteFile(rules, rule, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.command = fmt.Sprintf("if [ -e %s ]; then cp %s %s; fi; touch %s; %s", started, rules, p.control, started, p.command)
+	scratch := t.TempDir()
+	cfg := p.config(t, scratch)
+	cfg.Scenario = regexp.MustCompile(`^driver-restart$`)
+	report, err := check.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Results) != 1 {
+		t.Fatalf("results: %+v", report.Results)
+	}
+	res := report.Results[0]
+	if res.Status != check.Pass {
+		t.Errorf("driver-restart: %s (%s: expected %s, got %s)", res.Status, res.Reason, res.Expected, res.Got)
+	}
+	unavailable := 0
+	for _, c := range res.Calls {
+		if c.Method == "NodePublishVolume" && c.Code == codes.Unavailable.String() {
+			unavailable++
+		}
+	}
+	if unavailable != 1 {
+		t.Errorf("%d NodePublishVolume calls answered Unavailable, want the one the fault rule made: %+v", unavailable, res.Calls)
 	}
 	assertNothingLeft(t, scratch, p.stateDir)
 }

@@ -1,12 +1,16 @@
 package check
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -69,11 +73,69 @@ func (p *driverProc) start(ctx context.Context) error {
 	}
 }
 
+// goneTimeout bounds the wait for a killed driver's processes and socket.
+const goneTimeout = 30 * time.Second
+
 // kill ends the driver with SIGKILL (its whole process group), as a
-// crash does.
-func (p *driverProc) kill() {
+// crash does, and returns once it is gone as a container runtime sees a
+// container gone: every process of the group exited, not only the first
+// one (a driver command that wraps the driver — a shell, unshare, a
+// runtime's shim — sees its wrapper exit first, while the driver and its
+// children, a FUSE driver's daemons, are still dying), and nothing
+// answers on its socket any more. Until then the old driver may still
+// accept a connection, and its mounts may still work.
+func (p *driverProc) kill() error {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
+	deadline := time.Now().Add(goneTimeout)
+	for {
+		left := groupMembers(p.cmd.Process.Pid)
+		served := false
+		if c, err := net.DialTimeout("unix", p.socket, time.Second); err == nil {
+			_ = c.Close()
+			served = true
+		}
+		if len(left) == 0 && !served {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s after SIGKILL: processes of its group still running %v, its socket still served: %v", goneTimeout, left, served)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// groupMembers returns the processes of process group pgid that have not
+// exited (zombies, which only wait to be reaped, aside).
+func groupMembers(pgid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // stop ends the driver with SIGTERM, SIGKILL after 10s.
@@ -88,7 +150,9 @@ func (p *driverProc) stop() error {
 	case <-p.exited:
 		return nil
 	case <-time.After(10 * time.Second):
-		p.kill()
+		if err := p.kill(); err != nil {
+			return fmt.Errorf("the driver did not exit within 10s of SIGTERM, nor %w", err)
+		}
 		return errors.New("the driver did not exit within 10s of SIGTERM; killed it")
 	}
 }

@@ -116,7 +116,9 @@ func driverRestart(ctx context.Context, r *run) error {
 		return fail("writing through pod-0's target", "a writable volume", err)
 	}
 	start := time.Now()
-	r.proc.kill()
+	if err := r.proc.kill(); err != nil {
+		return fail("killing the driver", "every process of --driver-command gone after SIGKILL, as a container runtime waits for them", err)
+	}
 	if err := r.proc.start(ctx); err != nil {
 		return fail("restarting the driver", "the driver serving again", err)
 	}

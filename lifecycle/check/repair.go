@@ -80,6 +80,10 @@ func repairMounts(ctx context.Context, r *run, m *manager, v *vol, pods []int) e
 	}()
 	chk.DriverRegistered(v.src.Driver)
 	var lastErr error
+	// A failed publish is retried with the kubelet's backoff (RetryDelay,
+	// doubling), as the reconciler's rate-limited queue does: right after
+	// its restart a driver may not answer yet.
+	delays := map[volume.PodKey]time.Duration{}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -88,6 +92,17 @@ func repairMounts(ctx context.Context, r *run, m *manager, v *vol, pods []int) e
 			use, _ := d.PodVolume(key)
 			if err := m.ops.Publish(ctx, key, v.src, use.Volume); err != nil {
 				lastErr = err
+				delay := delays[key]
+				if delay == 0 {
+					delay = r.cfg.RetryDelay
+				}
+				delays[key] = min(2*delay, repairTimeout)
+				time.AfterFunc(delay, func() {
+					select {
+					case requeued <- key:
+					case <-ctx.Done():
+					}
+				})
 			}
 		case <-tick.C:
 			if bad := unusable(m, v, pods); len(bad) == 0 {
