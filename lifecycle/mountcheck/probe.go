@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -51,7 +50,7 @@ func (c *Checker) probe(ctx context.Context, path string, mustMount bool) string
 	}
 	go func() {
 		var r result
-		if _, r.statErr = os.Stat(path); r.statErr == nil {
+		if _, r.statErr = operations.StatMount(path); r.statErr == nil {
 			r.mounted, r.mntErr = c.mounts.IsMountPoint(path)
 		}
 		// Done with the path before the result is told: a check right

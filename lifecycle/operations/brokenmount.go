@@ -36,6 +36,25 @@ func IsBrokenMount(err error) bool {
 	return errno == syscall.ECONNABORTED || mount.IsCorruptedMnt(errno)
 }
 
+// StatMount is os.Stat for telling a broken mount: when the stat succeeds,
+// a statfs of the path follows, and its error is returned when it is a
+// broken mount's. The kernel answers a stat of a FUSE mount from its
+// attribute cache, also after the mount's daemon died (JuiceFS's mounts
+// keep answering for as long as their attributes are cached), while a
+// statfs always reaches the daemon, and a dead one's mount answers it with
+// ENOTCONN.
+func StatMount(path string) (fs.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fi, err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); IsBrokenMount(err) {
+		return nil, &fs.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	return fi, nil
+}
+
 // statBroken stats path and returns the error when it is a broken mount,
 // nil otherwise (healthy, missing or another error).
 func (o *Operations) statBroken(path string) error {

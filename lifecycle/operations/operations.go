@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -100,7 +99,7 @@ type Operations struct {
 	secrets     Secrets
 	tokens      Tokens
 	mounts      Mounts
-	// stat stats a path (os.Stat; tests make paths look broken).
+	// stat stats a path (StatMount; tests make paths look broken).
 	stat     func(string) (fs.FileInfo, error)
 	observer Observer
 	gate     interface{ Err() error }
@@ -149,7 +148,7 @@ func New(cfg Config) (*Operations, error) {
 		secrets:     cfg.Secrets,
 		tokens:      cfg.Tokens,
 		mounts:      mounts,
-		stat:        os.Stat,
+		stat:        StatMount,
 		observer:    cfg.Observer,
 		gate:        cfg.Gate,
 		wanted:      cfg.Wanted,
