@@ -49,7 +49,8 @@ func TestJuiceFS(t *testing.T) {
 			"`mountMode: process` (the node plugin's `--by-process=true`): the default mount-pod mode needs a kubelet on the node to run the mount pods; csi-volmgr runs no pods",
 			"`kubeletDir: /var/lib/csi-volmgr` (csi-volmgr's `--root-dir`): the node plugin's Bidirectional hostPath, mounted at the same path in its container",
 			"node-driver-registrar's `--kubelet-registration-path=/var/lib/csi-volmgr/csi-plugins/csi.juicefs.com/csi.sock` and its registration directory `/var/lib/csi-volmgr/plugins_registry` (the chart derives both from kubeletDir)",
-			"`node.enableManager` and the kubelet's `KUBELET_PORT`/`HOST_IP`: unused in process mode (no pod manager, no kubelet to poll)",
+			"the node plugin's environment: `POD_NAME` containing `csi-node` (the plugin picks its role from its pod's name, as the chart's DaemonSet names it), `JUICEFS_CSI_WEB_PORT` to move its metrics off 8080 if taken; `node.enableManager`, `KUBELET_PORT` and `HOST_IP` are unused in process mode (no pod manager, no kubelet to poll)",
+			"the juicefs client at `/usr/local/bin/juicefs` and `/bin/mount.juicefs` in the node plugin's container (the driver's image has it there; the paths are hard-coded)",
 			"the CSIDriver `csi.juicefs.com` as the chart installs it (attachRequired: false, podInfoOnMount: false): csi-volmgr reads it as a kubelet does",
 		},
 		Notes: []string{

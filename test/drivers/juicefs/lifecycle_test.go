@@ -213,7 +213,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 		// ENOTCONN, or ECONNABORTED for a request the dead daemon had in flight.
 		_, err := os.Stat(filepath.Join(target, "hello.txt"))
 		if !errors.Is(err, syscall.ENOTCONN) && !errors.Is(err, syscall.ECONNABORTED) {
-			return fmt.Errorf("stat of the pod's file after the plugin's death: %v, want ENOTCONN or ECONNABORTED", err)
+			return fmt.Errorf("stat of the pod's file after the plugin's death: %w, want ENOTCONN or ECONNABORTED", err)
 		}
 		return nil
 	})
@@ -229,7 +229,10 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 			return err == nil && string(b) == content, nil
 		})
 		if err != nil {
-			return fmt.Errorf("the pod's path did not serve the file again: %v (last: %v)", err, last)
+			if last != nil {
+				return fmt.Errorf("the pod's path did not serve the file again: %w (last read: %w)", err, last)
+			}
+			return fmt.Errorf("the pod's path did not serve the file again (with other content): %w", err)
 		}
 		r.Notes = append(r.Notes, fmt.Sprintf("After the node plugin's restart the pod's path served its data again %.1f s after the plugin was started again (the agent's mount check on the driver's reconnection: NodeUnpublishVolume of the dead target, NodePublishVolume).", time.Since(restarted).Seconds()))
 		after := "written after the repair"
