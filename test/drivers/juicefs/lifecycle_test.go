@@ -102,7 +102,12 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 		t.Fatal(err)
 	}
 	np := newNodePlugin(t, bins, dir, a.RootDir, endpoint, node, freePort(t))
-	r.NodePluginFlags = np.Flags
+	// The flags as a deployment writes them: the run's root directory and node name by the flags
+	// of the agent they stand for.
+	for _, f := range np.Flags {
+		f = strings.ReplaceAll(f, a.RootDir, "<csi-volmgr --root-dir>")
+		r.NodePluginFlags = append(r.NodePluginFlags, strings.ReplaceAll(f, node, "<csi-volmgr --node-name>"))
+	}
 	plug := process.New(process.Options{Name: "juicefs-node-plugin", Path: "/bin/sh", Args: []string{"-c", np.Command},
 		LogFile: filepath.Join(dir, "node-plugin-process.log"), ProcessGroup: true,
 		Ready: func(ctx context.Context, _ int) error { return waitForSocket(ctx, endpoint) }})
