@@ -90,12 +90,14 @@ func runCheck(t *testing.T, r *driverresult.Result, bins string, fs *filesystem)
 // formatRaceNote says what the runs found about parallel publishes of a file system the plugin has
 // not formatted yet, and whether this run met it.
 func formatRaceNote(report check.Report) string {
-	const race = "Driver defect (not csi-volmgr's): in process mode every NodePublishVolume runs `juicefs format` " +
-		"before it mounts, and parallel publishes of one volume whose file system is not formatted yet race in it: one of them " +
-		"fails with Internal (`juicefs format error ... Storage file:///... is not empty`) instead of Aborted, which the CSI spec " +
-		"asks of a plugin that meets concurrent calls for one volume. The kubelet serializes the mounts of a CSI volume across pods; " +
-		"csi-volmgr publishes them in parallel, retries the failed publish with backoff, and it succeeds (the file system is formatted " +
-		"by then), so pods are delayed, not failed. check's publish-parallel, the first scenario on a fresh file system, fails when it meets the race"
+	const race = "Parallel NodePublishVolume calls of one volume: csi-volmgr publishes the pods of a volume in parallel, " +
+		"which the kubelet does not (it serializes a CSI volume's mounts across pods) and the CSI spec asks a CO in general not to do " +
+		"(one call in flight per volume; a plugin SHOULD still handle it, with Aborted). The plugin in process mode has no lock per " +
+		"volume and relies on that serialization: every NodePublishVolume runs `juicefs format` and then `juicefs mount` at " +
+		"/var/lib/jfs/<volume>; in parallel, one format of a fresh file system fails with Internal (`Storage file:///... is not empty`), " +
+		"which csi-volmgr retries with backoff and which then succeeds, and two mounts end up stacked there, of which the plugin " +
+		"releases only one (the lifecycle's last step). check's publish-parallel, the first scenario on a fresh file system, fails " +
+		"when the format race happens"
 	for _, res := range report.Results {
 		if res.Name == "publish-parallel" && res.Status == check.Fail && strings.Contains(res.Got, "format error") {
 			return race + " — as in this run."

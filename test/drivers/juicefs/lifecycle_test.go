@@ -271,8 +271,8 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 				if ev.Reason == "FailedMount" && strings.Contains(ev.Message, "unpublishing the broken mount") && strings.Contains(ev.Message, "Could not unmount") {
 					r.Notes = append(r.Notes, "In this run's repair a NodeUnpublishVolume of one pod's dead target failed (FailedMount Event: \"could not unmount ... not mounted\"): "+
 						"driver defect — after its restart the plugin's own mount of the volume is gone, so the only other mount of the dead target's device is the other pod's target, "+
-						"which NodeUnpublishVolume then unmounts as if it were its own mount of the volume (JUmount: a single reference is unmounted too). "+
-						"The agent published both again with backoff; both pods' paths work again (the step's time includes the retries).")
+						"which NodeUnpublishVolume then unmounts as if it were its own mount of the volume (JUmount unmounts a single remaining reference); the two repairs run in parallel "+
+						"(csi-volmgr's parallel publishes, above). The agent published both again with backoff; both pods' paths work again (the step's time includes the retries).")
 					break
 				}
 			}
@@ -331,11 +331,11 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 			problems = append(problems, fmt.Sprintf("juicefs processes still running: %v", pids))
 		}
 		if len(problems) > 0 {
-			return fmt.Errorf("%s. Driver defect (not csi-volmgr's): in process mode every NodePublishVolume mounts the file system "+
-				"again at /var/lib/jfs/<volume> (unmounting the previous mount, whose daemon keeps serving the targets bound to it), and "+
-				"NodeUnpublishVolume releases that mount only when it counts a single other mount of the target's device; "+
-				"NodeUnpublishVolume of two pods of one volume in parallel (as the kubelet also runs them) leaves it and its juicefs process behind",
-				strings.Join(problems, "; "))
+			return fmt.Errorf("%s. Cause: csi-volmgr published the two pods' volume in parallel (the repair after the restart), "+
+				"which the kubelet does not do (it serializes a CSI volume's mounts across pods) and the CSI spec asks a CO in general "+
+				"not to do (one call in flight per volume); the plugin in process mode has no lock per volume: both calls found "+
+				"/var/lib/jfs/<volume> not mounted and each ran juicefs mount there, two stacked mounts, and NodeUnpublishVolume "+
+				"released only the top one (see the notes)", strings.Join(problems, "; "))
 		}
 		return nil
 	})
