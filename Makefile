@@ -100,9 +100,16 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 
 # test/kubelet is the separate module that runs the kubelet's own code
 # (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
+# Its three test packages run without -race: they compare csi-volmgr's results
+# with the kubelet's (file modes, metric definitions, a rendered table), with
+# no concurrency of their own, and csi-volmgr's code in them runs under -race
+# in test-unit. A race build would compile some 1,400 packages of
+# k8s.io/kubernetes a second time, the longest step of a cold CI run; without
+# it they reuse what vet and the compile step built.
+KUBELET_TESTFLAGS ?= -count=1 -timeout=20m
 .PHONY: test-kubelet
 test-kubelet: ## Against the kubelet's own code (module test/kubelet): every package vetted and compiled (the bench harness included, not run), the fsGroup ownership change file by file, the volume metrics' names, types, help and labels.
-	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/ ./cmd/benchrender/
+	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(KUBELET_TESTFLAGS) ./fsgroup/ ./metrics/ ./cmd/benchrender/
 
 # deploy/helm is the separate module that tests the Helm chart through Helm's
 # Go SDK; the root module never imports Helm. No separate go vet: it would
