@@ -30,8 +30,14 @@ func checkVersion(v string) error {
 // before the first release) is folded into the new one, below its entries.
 // It fails, changing nothing, when the version already has a released
 // section, when there is no [Unreleased] section, or when it is empty.
+// What stands between the lines untaggedBegin and untaggedEnd (a note that
+// no version is tagged yet) is removed with them.
 func releaseChangelog(text, version, date string) (string, error) {
 	if err := checkVersion(version); err != nil {
+		return "", err
+	}
+	text, err := dropUntaggedNote(text)
+	if err != nil {
 		return "", err
 	}
 	num := strings.TrimPrefix(version, "v")
@@ -68,6 +74,31 @@ func releaseChangelog(text, version, date string) (string, error) {
 	}
 	out.WriteString(strings.Join(rest, ""))
 	return setLinks(out.String(), num), nil
+}
+
+// The lines around the CHANGELOG's note that no version is tagged yet,
+// which the first release removes.
+const (
+	untaggedBegin = "<!-- release:untagged:begin"
+	untaggedEnd   = "<!-- release:untagged:end -->"
+)
+
+// dropUntaggedNote removes the lines from the one starting with
+// untaggedBegin to the one that is untaggedEnd, and one blank line after.
+func dropUntaggedNote(text string) (string, error) {
+	begin := strings.Index(text, "\n"+untaggedBegin)
+	if begin < 0 {
+		if strings.Contains(text, untaggedEnd) {
+			return "", errors.New("CHANGELOG has the end of the untagged note without its beginning")
+		}
+		return text, nil
+	}
+	end := strings.Index(text[begin:], "\n"+untaggedEnd+"\n")
+	if end < 0 {
+		return "", errors.New("CHANGELOG has the beginning of the untagged note without its end")
+	}
+	rest := text[begin+end+len(untaggedEnd)+2:]
+	return text[:begin+1] + strings.TrimPrefix(rest, "\n"), nil
 }
 
 // section is a "## " heading's line and the line where the next one (or

@@ -13,6 +13,10 @@ const changelog = `# Changelog
 
 Intro.
 
+<!-- release:untagged:begin (make release removes this paragraph) -->
+No version has been tagged yet.
+<!-- release:untagged:end -->
+
 ## [Unreleased]
 
 ### Added
@@ -85,6 +89,13 @@ func TestReleaseChangelogAfterAnEarlierRelease(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
+	}
+}
+
+func TestUntaggedNoteWithoutItsEnd(t *testing.T) {
+	broken := strings.Replace(changelog, untaggedEnd+"\n", "", 1)
+	if _, err := releaseChangelog(broken, "v0.1.0", "2026-12-01"); err == nil || !strings.Contains(err.Error(), "without its end") {
+		t.Errorf("error %v, want one about the note's end", err)
 	}
 }
 
