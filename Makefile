@@ -143,7 +143,7 @@ test-upgrade: k8s-bins ## Upgrade and rollback under live volumes: the agent of 
 	@git cat-file -e '$(PREVIOUS_COMMIT)^{commit}' 2>/dev/null || { echo "the previous release $(PREVIOUS_COMMIT) is not in this clone (a shallow clone? git fetch --unshallow)"; exit 1; }
 	rm -rf $(UPGRADE) && mkdir -p $(UPGRADE)/src
 	git archive $(PREVIOUS_COMMIT) | tar -x -C $(UPGRADE)/src
-	cd $(UPGRADE)/src && $(GO) build -race -ldflags '$(PREVIOUS_LDFLAGS)' -o $(UPGRADE)/csi-volmgr-previous ./cmd/csi-volmgr
+	cd $(UPGRADE)/src && $(GO) build -race -buildvcs=false -ldflags '$(PREVIOUS_LDFLAGS)' -o $(UPGRADE)/csi-volmgr-previous ./cmd/csi-volmgr
 	$(GO) build -race -ldflags '$(LDFLAGS)' -o $(UPGRADE)/csi-volmgr ./cmd/csi-volmgr
 	CSI_VOLMGR_PREVIOUS_BINARY=$(UPGRADE)/csi-volmgr-previous CSI_VOLMGR_BINARY=$(UPGRADE)/csi-volmgr \
 	  $(GO) test -tags upgrade $(TESTFLAGS) -run '^TestUpgrade' -v ./test/agent/ 2>&1 | tee $(UPGRADE)/agent.log | \

@@ -110,6 +110,33 @@ func TestNewerFormatStopsTheReconstructionBeforeAnythingChanges(t *testing.T) {
 	}
 }
 
+// TestNewerFrontRecordStopsTheReconstruction: the front endpoint's records
+// are checked with the others, before anything is reconstructed.
+func TestNewerFrontRecordStopsTheReconstruction(t *testing.T) {
+	f := newFixture(t)
+	f.staged("kubelet-layout", false)
+	cv, err := f.layout.CallerVolume(driver, "front-vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.WriteStage(cv.StageRecord, checkpoint.StageRecord{
+		VolumeHandle: "front-vol", DriverName: driver, StagingPath: "/somewhere/staging",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	setFormat(t, cv.StageRecord, "3")
+	_, ctx := ktesting.NewTestContext(t)
+	world := asw.New(asw.Options{})
+	_, err = Run(ctx, f.layout, f.mounter, world)
+	var fe *checkpoint.FormatError
+	if !errors.As(err, &fe) || fe.Path != cv.StageRecord || fe.Found != "3" {
+		t.Fatalf("Run = %v, want a *FormatError for %s", err, cv.StageRecord)
+	}
+	if n := len(world.Snapshot()); n != 0 {
+		t.Errorf("the actual state holds %d volumes after a refused reconstruction", n)
+	}
+}
+
 // TestOlderRecordsAreMigratedOnReconstruction: the records a previous
 // version wrote are reconstructed as before and then carry the current
 // format; a second start migrates nothing.
