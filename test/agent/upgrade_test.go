@@ -124,6 +124,7 @@ func TestUpgradeAndRollbackUnderLiveVolumes(t *testing.T) {
 
 	swap("upgrade", current, leaving["up"], leavingUp, n.createClaimedVolume(t, "arriving-upgrade"))
 	n.checkRecordFormats(t, "after the upgrade", checkpoint.FormatVersion)
+	n.checkMigrated(t)
 	swap("rollback", previous, leaving["down"], leavingDown, n.createClaimedVolume(t, "arriving-rollback"))
 
 	for _, pod := range staying {
@@ -283,6 +284,25 @@ func (n *node) checkRecordFormats(t *testing.T, when string, want int) {
 	}
 	if records == 0 {
 		t.Errorf("%s: no records below %s", when, n.agent.RootDir)
+	}
+}
+
+// checkMigrated checks that the agent's reconstruction report counts the
+// records of the previous release it migrated.
+func (n *node) checkMigrated(t *testing.T) {
+	t.Helper()
+	code, body, err := n.agent.Get(t.Context(), volumemanager.ReconstructionPath)
+	if err != nil || code != 200 {
+		t.Fatalf("GET %s: %d, %v", volumemanager.ReconstructionPath, code, err)
+	}
+	var rs volumemanager.ReconstructionStatus
+	if err := json.Unmarshal(body, &rs); err != nil {
+		t.Fatal(err)
+	}
+	// Each staying pod's publish record, the staged records of its PVs and
+	// the remaining leaving pod's: 9 at least.
+	if rs.Migrated < 9 || len(rs.Failed) > 0 {
+		t.Errorf("reconstruction after the upgrade: %s; want 9 records migrated at least, no failure", body)
 	}
 }
 
