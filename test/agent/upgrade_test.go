@@ -51,6 +51,10 @@ const EnvPreviousBinary = "CSI_VOLMGR_PREVIOUS_BINARY"
 //   - the records carry the format the running agent writes: the new agent
 //     migrated the previous release's, the previous release read the new
 //     agent's.
+//
+// At the end every pod is deleted and the previous release tears down every
+// volume, those the new agent set up or migrated included: no mount and no
+// loop device is left.
 func TestUpgradeAndRollbackUnderLiveVolumes(t *testing.T) {
 	previous := os.Getenv(EnvPreviousBinary)
 	if previous == "" {
@@ -88,7 +92,7 @@ func TestUpgradeAndRollbackUnderLiveVolumes(t *testing.T) {
 	watcher := n.watchConditions(t)
 	n.logStep(t, "pods published by the previous release")
 
-	swap := func(direction, binary string, leave *corev1.Pod, leaveVol claimedVolume, arriveVol claimedVolume) {
+	swap := func(direction, binary string, leave *corev1.Pod, leaveVol claimedVolume, arriveVol claimedVolume) *corev1.Pod {
 		t.Helper()
 		before := n.snapshot(t, staying)
 		t.Logf("%s: %d volumes, %d mounts below the root before the swap", direction, len(before.status), len(before.mounts))
@@ -120,12 +124,13 @@ func TestUpgradeAndRollbackUnderLiveVolumes(t *testing.T) {
 			t.Errorf("%s: the deleted pod's volume is still mounted", direction)
 		}
 		n.logStep(t, direction+": checked")
+		return arriving
 	}
 
-	swap("upgrade", current, leaving["up"], leavingUp, n.createClaimedVolume(t, "arriving-upgrade"))
+	arrivedUp := swap("upgrade", current, leaving["up"], leavingUp, n.createClaimedVolume(t, "arriving-upgrade"))
 	n.checkRecordFormats(t, "after the upgrade", checkpoint.FormatVersion)
 	n.checkMigrated(t)
-	swap("rollback", previous, leaving["down"], leavingDown, n.createClaimedVolume(t, "arriving-rollback"))
+	arrivedDown := swap("rollback", previous, leaving["down"], leavingDown, n.createClaimedVolume(t, "arriving-rollback"))
 
 	for _, pod := range staying {
 		for _, c := range watcher.seen(t, pod.UID) {
@@ -136,6 +141,21 @@ func TestUpgradeAndRollbackUnderLiveVolumes(t *testing.T) {
 			}
 		}
 	}
+
+	// The end of the node's pods: the previous release tears down what
+	// this one set up (the pod that arrived after the upgrade) and the
+	// records it migrated, and leaves nothing behind.
+	for _, pod := range append(slices.Clone(staying), arrivedUp, arrivedDown) {
+		n.deletePod(t, pod)
+	}
+	n.waitVolumes(t, "every volume torn down by the previous release", func(vols []volumemanager.VolumeStatus) bool { return len(vols) == 0 })
+	if mps := n.mountsBelowRoot(t); len(mps) > 0 {
+		t.Errorf("mounted after every pod went: %v", mps)
+	}
+	if loops := loopBackedBelow(t, n.agent.RootDir, n.plugin.Dir); len(loops) > 0 {
+		t.Errorf("loop devices left after every pod went: %v", loops)
+	}
+	n.logStep(t, "every pod gone, every volume torn down")
 }
 
 // createInlinePod creates a pod with a CSI inline volume of the node's
