@@ -145,6 +145,51 @@ e2e: e2e-bins ## The example virtual-kubelet runtime with csi-volmgr on kube-api
 e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: created→Running p50/p99 and its parts, delete→detached p50.
 	$(GO) test -tags e2e -count=1 -timeout=30m -run='^$$' -bench=BenchmarkVirtualNodePods -benchtime=$(BENCHTIME) ./test/cluster/...
 
+##@ Version skew (issue 35; not part of `make test`, see docs/operations.md)
+#
+# make test-skew runs the end-to-end suites (test/cluster, test/identity) once
+# per supported Kubernetes minor: the control plane (kube-apiserver,
+# kube-controller-manager, kube-scheduler) of each older minor is built from
+# its own module test/k8s/skew/<minor> into bin/k8s-<minor>/, beside the
+# current minor's etcd, kubectl and csi-attacher. The newest minor is bin/k8s.
+
+SKEW_MINORS  ?= v1.34 v1.35 v1.36 v1.37
+SKEW_NEWEST  := v1.37
+SKEW_RESULTS ?= $(BIN)/skew
+SKEW_FLAGS   ?= -race -count=1 -timeout=30m
+# The minors whose control plane is built here (every one but the newest).
+SKEW_OLDER    = $(filter-out $(SKEW_NEWEST),$(SKEW_MINORS))
+
+# One go build per minor: the three commands share their compilation. Built
+# into a temporary folder and moved, so that an interrupted build is not
+# taken for a finished one.
+$(BIN)/k8s-v%/kube-apiserver: | e2e-bins
+	rm -rf $(BIN)/.k8s-v$*.tmp && mkdir -p $(BIN)/.k8s-v$*.tmp
+	cd test/k8s/skew/v$* && $(GO) build -o $(BIN)/.k8s-v$*.tmp/ k8s.io/kubernetes/cmd/kube-apiserver \
+	  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+	mkdir -p $(BIN)/k8s-v$*
+	for b in etcd kubectl csi-attacher; do ln -sf $(K8S_BIN)/$$b $(BIN)/k8s-v$*/$$b; done
+	mv $(BIN)/.k8s-v$*.tmp/kube-controller-manager $(BIN)/.k8s-v$*.tmp/kube-scheduler $(BIN)/k8s-v$*/
+	mv $(BIN)/.k8s-v$*.tmp/kube-apiserver $(BIN)/k8s-v$*/ && rmdir $(BIN)/.k8s-v$*.tmp
+
+.PHONY: skew-bins
+skew-bins: e2e-bins $(foreach m,$(SKEW_OLDER),$(BIN)/k8s-$(m)/kube-apiserver) ## Build the control plane of every older minor of SKEW_MINORS into bin/k8s-<minor>/ (only when missing; one after another, several minutes and ~1 GB of modules each).
+
+.PHONY: test-skew
+test-skew: skew-bins ## The end-to-end suites (test/cluster, test/identity) against the control plane of each minor of SKEW_MINORS (v1.34 v1.35 v1.36 v1.37); a summary per minor, logs in bin/skew/.
+	@mkdir -p $(SKEW_RESULTS); rc=0; \
+	for m in $(SKEW_MINORS); do \
+	  dir=$(BIN)/k8s-$$m; [ "$$m" = "$(SKEW_NEWEST)" ] && dir=$(K8S_BIN); \
+	  echo "== $$m: $$($$dir/kube-apiserver --version) ($$dir)"; start=$$(date +%s); \
+	  if KUBEBUILDER_ASSETS=$$dir $(GO) test -tags e2e $(SKEW_FLAGS) -v ./test/cluster/... ./test/identity/... \
+	       > $(SKEW_RESULTS)/$$m.log 2>&1; then res=PASS; else res=FAIL; rc=1; fi; \
+	  echo "$$m $$res passed=$$(grep -c -- '^--- PASS' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "failed=$$(grep -c -- '^--- FAIL' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "skipped=$$(grep -c -- '^--- SKIP' $(SKEW_RESULTS)/$$m.log || true) seconds=$$(( $$(date +%s) - start ))" \
+	    | tee -a $(SKEW_RESULTS)/summary.txt; \
+	done; \
+	echo "logs: $(SKEW_RESULTS)/"; exit $$rc
+
 ##@ Demo
 
 .PHONY: run
