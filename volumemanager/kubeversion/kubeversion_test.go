@@ -132,13 +132,13 @@ func (s *fakeServer) ServerVersionWithContext(context.Context) (*version.Info, e
 // ends in an error after the timeout.
 func TestDetect(t *testing.T) {
 	s := &fakeServer{fails: 1, info: &version.Info{Major: "1", Minor: "35", GitVersion: "v1.35.4"}}
-	v, err := kubeversion.Detect(context.Background(), s, 10*time.Second)
+	v, err := kubeversion.Detect(t.Context(), s, 10*time.Second)
 	if err != nil || v != (kubeversion.Version{Major: 1, Minor: 35, GitVersion: "v1.35.4"}) || s.calls != 2 {
 		t.Errorf("Detect = %+v, %v after %d calls; want 1.35 after 2", v, err, s.calls)
 	}
 	s = &fakeServer{fails: 1 << 30}
 	began := time.Now()
-	if _, err := kubeversion.Detect(context.Background(), s, 1500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "connection refused") {
+	if _, err := kubeversion.Detect(t.Context(), s, 1500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Detect against a server that never answers: %v, want the last error", err)
 	}
 	if d := time.Since(began); d > 5*time.Second {
