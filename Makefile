@@ -201,6 +201,8 @@ test-skew: skew-bins ## The end-to-end suites (SKEW_PKGS) against the control pl
 	    "tests_passed=$$(grep -c -- '^--- PASS' $(SKEW_RESULTS)/$$m.log || true)" \
 	    "tests_failed=$$(grep -c -- '^--- FAIL' $(SKEW_RESULTS)/$$m.log || true)" \
 	    "tests_skipped=$$(grep -c -- '^--- SKIP' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "subtests_passed=$$(grep -cE -- '^[[:space:]]+--- PASS' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "subtests_failed=$$(grep -cE -- '^[[:space:]]+--- FAIL' $(SKEW_RESULTS)/$$m.log || true)" \
 	    "packages=$$(grep -cE '^(ok|FAIL)[[:space:]]+github' $(SKEW_RESULTS)/$$m.log || true)" \
 	    "seconds=$$(( $$(date +%s) - start ))" | tee -a $(SKEW_RESULTS)/summary.txt; \
 	  grep -E '^(--- FAIL|FAIL|ok|panic)' $(SKEW_RESULTS)/$$m.log | sed 's/^/   /' || true; \
