@@ -189,7 +189,9 @@ SKEW_PKGS    ?= ./test/e2e/... ./test/cluster/... ./test/identity/...
 
 .PHONY: test-skew
 test-skew: skew-bins ## The end-to-end suites (SKEW_PKGS) against the control plane of each minor of SKEW_MINORS (v1.34 v1.35 v1.36 v1.37); a summary per minor in bin/skew/summary.txt, logs in bin/skew/.
-	@mkdir -p $(SKEW_RESULTS); : > $(SKEW_RESULTS)/summary.txt; rc=0; \
+	@mkdir -p $(SKEW_RESULTS); rc=0; \
+	echo "# make test-skew: commit $(GIT_COMMIT) ($(GIT_TREE_STATE)), $$(TZ=UTC date '+%F %H:%M') UTC, $$(nproc) CPUs; $(SKEW_PKGS)" \
+	  > $(SKEW_RESULTS)/summary.txt; \
 	for m in $(SKEW_MINORS); do \
 	  dir=$(BIN)/k8s-$$m; mod=test/k8s/skew/$$m; \
 	  if [ "$$m" = "$(SKEW_NEWEST)" ]; then dir=$(K8S_BIN); mod=test/k8s/tools; fi; \
