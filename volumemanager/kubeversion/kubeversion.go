@@ -72,9 +72,11 @@ func leadingInt(s string) (int, error) {
 	return strconv.Atoi(s[:end])
 }
 
-// String is major.minor with the full version, e.g. "1.34 (v1.34.4)".
+// String is major.minor with the full version, e.g. "1.34 (v1.34.4)"; a
+// binary built without version stamps (v0.0.0-master+$Format:%H$) says
+// its minor only.
 func (v Version) String() string {
-	if v.GitVersion == "" {
+	if v.GitVersion == "" || strings.HasPrefix(v.GitVersion, "v0.0.0") {
 		return fmt.Sprintf("%d.%d", v.Major, v.Minor)
 	}
 	return fmt.Sprintf("%d.%d (%s)", v.Major, v.Minor, v.GitVersion)

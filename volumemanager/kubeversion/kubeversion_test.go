@@ -57,6 +57,15 @@ func TestFeatures(t *testing.T) {
 	if kubeversion.Newest() != (kubeversion.Features{MutableCSINodeAllocatableCount: true, SELinuxMountAllAccessModes: true}) {
 		t.Errorf("Newest() = %+v, want every feature on", kubeversion.Newest())
 	}
+	for v, want := range map[kubeversion.Version]string{
+		{Major: 1, Minor: 34, GitVersion: "v1.34.4"}:                   "1.34 (v1.34.4)",
+		{Major: 1, Minor: 37, GitVersion: "v0.0.0-master+$Format:%H$"}: "1.37",
+		{Major: 1, Minor: 35}:                                          "1.35",
+	} {
+		if got := v.String(); got != want {
+			t.Errorf("%#v.String() = %q, want %q", v, got, want)
+		}
+	}
 	for minor, want := range map[int]bool{33: false, 34: true, 37: true, 38: false} {
 		if got := (kubeversion.Version{Major: 1, Minor: minor}).Supported(); got != want {
 			t.Errorf("1.%d supported = %v, want %v", minor, got, want)
