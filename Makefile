@@ -346,3 +346,19 @@ print-image-tag:
 .PHONY: print-ldflags
 print-ldflags:
 	@echo '$(LDFLAGS)'
+
+##@ Driver matrix: secrets-store-csi-driver (test/drivers/secretsstore, docs/drivers.md)
+
+SECRETS_STORE_BIN := $(BIN)/drivers/secrets-store
+SECRETS_STORE_VERSION := v1.6.0
+
+.PHONY: drivers-bins-secrets-store
+drivers-bins-secrets-store: $(SECRETS_STORE_BIN)/secrets-store-csi-driver $(SECRETS_STORE_BIN)/secrets-store-e2e-provider ## Build secrets-store-csi-driver's node plugin and the matrix's provider (module test/drivers/secretsstore/tools; only when missing).
+
+$(SECRETS_STORE_BIN)/secrets-store-csi-driver:
+	cd test/drivers/secretsstore/tools && CGO_ENABLED=0 $(GO) build \
+	  -ldflags "-X sigs.k8s.io/secrets-store-csi-driver/pkg/version.BuildVersion=$(SECRETS_STORE_VERSION)" \
+	  -o $@ sigs.k8s.io/secrets-store-csi-driver/cmd/secrets-store-csi-driver
+
+$(SECRETS_STORE_BIN)/secrets-store-e2e-provider:
+	cd test/drivers/secretsstore/tools && $(GO) build -o $@ ./fakeprovider
