@@ -89,6 +89,9 @@ func RunChild(ctx context.Context, in io.Reader, out io.Writer) int {
 		return 1
 	}
 	v := &vol{src: spec.Source, name: volume.PersistentName(spec.Source.Driver, spec.Source.Handle)}
+	if spec.Source.Inline {
+		v.name = volume.InlineName(podUID(spec.Pod), specName)
+	}
 	key, pv := pod(v, spec.Pod)
 	m := &manager{world: w, ops: ops}
 	for _, step := range spec.Steps {

@@ -43,8 +43,7 @@ func runCheck(t *testing.T, rec *recorder, m *matrix) {
 		shellQuote(binary(t, "secrets-store-csi-driver")), strings.Join(quoteAll(flags), " "), shellQuote(filepath.Join(dir, "driver.log")))
 
 	args := []string{"check", "--endpoint=unix://" + sock, "--driver-command=" + command,
-		"--volume-handle=" + checkVolumeHandle, "--volume-context=" + checkVolumeContext,
-		"--scratch-dir=" + dir, "-o", "json"}
+		"--ephemeral", "--volume-context=" + checkVolumeContext, "--scratch-dir=" + dir, "-o", "json"}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -77,14 +76,12 @@ func runCheck(t *testing.T, rec *recorder, m *matrix) {
 	}
 }
 
-// The volume the check publishes: the driver has no controller service, so the check takes
-// --volume-handle. providerName=mock_provider is the driver's own test mode for csi-sanity
-// (nodeserver.go: a tmpfs mount and no provider call, no SecretProviderClass, read-write
-// allowed).
-const (
-	checkVolumeHandle  = "csi-volmgr-check"
-	checkVolumeContext = "providerName=mock_provider"
-)
+// checkVolumeContext is the volumeAttributes of the check's inline volumes (--ephemeral: the
+// driver serves only those). providerName=mock_provider is the driver's own test mode for
+// csi-sanity (nodeserver.go: a tmpfs mount and no provider call): the check's pods are not in the
+// API server, so the real path, which reads the pod and its SecretProviderClass, is the
+// lifecycle's part.
+const checkVolumeContext = "providerName=mock_provider"
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
