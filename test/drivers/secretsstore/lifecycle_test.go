@@ -25,6 +25,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
+	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
@@ -57,28 +58,28 @@ type lifecycle struct {
 	dev uint64
 }
 
-func runLifecycle(t *testing.T, rec *recorder, m *matrix) {
+func runLifecycle(t *testing.T, rec *drivertest.Recorder, m *matrix) {
 	l := &lifecycle{t: t, m: m, node: uniqueNode()}
-	rec.step("node plugin registered with the agent acting as its Node", l.start)
-	rec.step("pod with an inline volume on the agent's Node: VolumesReady", l.podReady)
-	rec.step("the provider's files read through the pod's path", l.filesServed)
-	rec.step("SecretProviderClassPodStatus of the driver names the pod", l.podStatus)
-	rec.step("service account token minted for the pod, audience checked by TokenReview", l.token)
-	rec.step("the token is nowhere in the agent's log (-v=5)", l.tokenNotLogged)
+	rec.Step("node plugin registered with the agent acting as its Node", l.start)
+	rec.Step("pod with an inline volume on the agent's Node: VolumesReady", l.podReady)
+	rec.Step("the provider's files read through the pod's path", l.filesServed)
+	rec.Step("SecretProviderClassPodStatus of the driver names the pod", l.podStatus)
+	rec.Step("service account token minted for the pod, audience checked by TokenReview", l.token)
+	rec.Step("the token is nowhere in the agent's log (-v=5)", l.tokenNotLogged)
 	var intervals []time.Duration
-	rec.step("requiresRepublish: NodePublishVolume again every --republish-period, files rotated", func() error {
+	rec.Step("requiresRepublish: NodePublishVolume again every --republish-period, files rotated", func() error {
 		var err error
 		intervals, err = l.republish()
 		return err
 	})
 	if len(intervals) > 0 {
-		rec.note("requiresRepublish: csi-volmgr called NodePublishVolume again every %v here (--republish-period=%v; "+
+		rec.Note("requiresRepublish: csi-volmgr called NodePublishVolume again every %v here (--republish-period=%v; "+
 			"default 1m, as the kubelet's pod sync, about every 60-90s); the driver rotated the files on each call "+
 			"(--enable-secret-rotation, --rotation-poll-interval=%v)", intervals, republishPeriod, rotationPollInterval)
 	}
-	rec.step("node plugin SIGKILLed and restarted while published: the pod's path serves on, the same tmpfs", l.driverRestart)
-	rec.step("pod deleted: unpublished, nothing left mounted, the pod's deletion completed", l.teardown)
-	rec.step("SecretProviderClassPodStatus removed (garbage collector, ownerReference to the pod)", l.podStatusGone)
+	rec.Step("node plugin SIGKILLed and restarted while published: the pod's path serves on, the same tmpfs", l.driverRestart)
+	rec.Step("pod deleted: unpublished, nothing left mounted, the pod's deletion completed", l.teardown)
+	rec.Step("SecretProviderClassPodStatus removed (garbage collector, ownerReference to the pod)", l.podStatusGone)
 }
 
 // start starts the agent as its Node, the provider, the node plugin with its production flags
@@ -92,7 +93,7 @@ func (l *lifecycle) start() error {
 	// The agent's Node certificate, as a bootstrap (CSR) would have left it in its --cert-dir:
 	// the agent acts as system:node:<node> and asks for nothing more.
 	l.agent = agenttest.New(t, agenttest.Options{
-		KubeConfig: certKubeconfig(t, m.env.Config, nodeCfg),
+		KubeConfig: drivertest.CertKubeconfig(t, m.env.Config, nodeCfg),
 		NodeName:   l.node,
 		Verbosity:  5,
 		ExtraArgs:  []string{"--node-identity", "--register-node", "--republish-period=" + republishPeriod.String()},
@@ -109,15 +110,15 @@ func (l *lifecycle) start() error {
 	if err := os.MkdirAll(providers, 0o750); err != nil {
 		return err
 	}
-	startProc(t, m.dir, "provider", binary(t, "secrets-store-e2e-provider"), nil,
+	drivertest.StartProc(t, m.dir, "provider", drivertest.Binary(t, binDir, "secrets-store-e2e-provider"), nil,
 		"--endpoint="+filepath.Join(providers, providerName+".sock"), "--record="+m.providerRecord)
-	flags := pluginFlags(l.agent.RootDir, l.node, providers, filepath.Join(l.agent.Dir, "providers-extra"), "127.0.0.1:"+freePort(t), true)
+	flags := pluginFlags(l.agent.RootDir, l.node, providers, filepath.Join(l.agent.Dir, "providers-extra"), "127.0.0.1:"+drivertest.FreePort(t), true)
 	sock := filepath.Join(l.agent.RootDir, "plugins", "csi-secrets-store", "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o750); err != nil {
 		return err
 	}
-	l.driver = startProc(t, m.dir, "secrets-store-csi-driver", binary(t, "secrets-store-csi-driver"), m.pluginEnv(), flags...)
-	serveRegistration(t, l.agent.RegistrationDir, driverName, sock)
+	l.driver = drivertest.StartProc(t, m.dir, "secrets-store-csi-driver", drivertest.Binary(t, binDir, "secrets-store-csi-driver"), m.pluginEnv(), flags...)
+	drivertest.ServeRegistration(t, l.agent.RegistrationDir, driverName, sock)
 	if err := l.agent.Start(t.Context()); err != nil {
 		return err
 	}
@@ -464,7 +465,7 @@ func (l *lifecycle) podStatusGone() error {
 
 // poll waits for cond, at most timeout; the error names what it waited for.
 func (l *lifecycle) poll(what string, cond wait.ConditionWithContextFunc) error {
-	if err := wait.PollUntilContextTimeout(l.t.Context(), 200*time.Millisecond, timeout, true, cond); err != nil {
+	if err := wait.PollUntilContextTimeout(l.t.Context(), 200*time.Millisecond, drivertest.Timeout, true, cond); err != nil {
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	return nil

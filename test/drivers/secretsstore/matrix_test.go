@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
@@ -67,34 +68,34 @@ func startMatrix(t *testing.T) *matrix {
 	if err := os.WriteFile(admin, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startProc(t, dir, "kube-controller-manager", k8sBin(t, "kube-controller-manager"), nil,
+	drivertest.StartProc(t, dir, "kube-controller-manager", drivertest.K8sBin(t, "kube-controller-manager"), nil,
 		"--kubeconfig="+admin, "--leader-elect=false", "--secure-port=0",
 		"--controllers=garbage-collector-controller", "--v=2")
 
 	ctx := t.Context()
-	a := newApplier(t, env.Config)
-	m.dyn = a.dyn
-	mod := moduleDir(t)
+	a := drivertest.NewApplier(t, env.Config)
+	m.dyn = a.Dyn
+	mod := drivertest.ModuleDir(t, toolsDir, driverModule)
 	crds := filepath.Join(mod, "charts", "secrets-store-csi-driver", "crds")
 	for _, f := range []string{"secrets-store.csi.x-k8s.io_secretproviderclasses.yaml", "secrets-store.csi.x-k8s.io_secretproviderclasspodstatuses.yaml"} {
-		if err := a.applyFile(ctx, filepath.Join(crds, f), nil); err != nil {
+		if err := a.ApplyFile(ctx, filepath.Join(crds, f), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, name := range []string{"secretproviderclasses.secrets-store.csi.x-k8s.io", "secretproviderclasspodstatuses.secrets-store.csi.x-k8s.io"} {
-		if err := a.waitEstablished(ctx, name); err != nil {
+		if err := a.WaitEstablished(ctx, name); err != nil {
 			t.Fatalf("CRD %s: %v", name, err)
 		}
 	}
 	// The node plugin's ServiceAccount, ClusterRole and binding.
-	if err := a.applyFile(ctx, filepath.Join(mod, "deploy", "rbac-secretproviderclass.yaml"), nil); err != nil {
+	if err := a.ApplyFile(ctx, filepath.Join(mod, "deploy", "rbac-secretproviderclass.yaml"), nil); err != nil {
 		t.Fatal(err)
 	}
 	// The CSIDriver as the chart renders it with enableSecretRotation=true and tokenRequests set,
 	// on Kubernetes 1.35 and later (templates/csidriver.yaml): requiresRepublish, the
 	// tokenRequests, and serviceAccountTokenInSecrets (the tokens travel in the secrets of
 	// NodePublishVolume, not in its volume context).
-	if err := a.applyFile(ctx, filepath.Join(mod, "deploy", "csidriver.yaml"), func(u *unstructured.Unstructured) bool {
+	if err := a.ApplyFile(ctx, filepath.Join(mod, "deploy", "csidriver.yaml"), func(u *unstructured.Unstructured) bool {
 		for _, set := range []struct {
 			value any
 			field string
@@ -112,12 +113,12 @@ func startMatrix(t *testing.T) *matrix {
 		t.Fatal(err)
 	}
 
-	token, err := serviceAccountToken(ctx, env, driverNamespace, driverServiceAccount)
+	token, err := drivertest.ServiceAccountToken(ctx, env, driverNamespace, driverServiceAccount)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.driverKubeconfig = filepath.Join(dir, "driver.kubeconfig")
-	if err := os.WriteFile(m.driverKubeconfig, tokenKubeconfig(t, env.Config, token), 0o600); err != nil {
+	if err := os.WriteFile(m.driverKubeconfig, drivertest.TokenKubeconfig(t, env.Config, token), 0o600); err != nil {
 		t.Fatal(err)
 	}
 

@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
+	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
@@ -48,7 +50,16 @@ const (
 	republishPeriod      = 5 * time.Second
 	rotationPollInterval = 2 * time.Second
 
-	timeout = 2 * time.Minute
+	// binDir is the directory of bin/drivers that make drivers-bins-secrets-store fills, and
+	// toolsDir its build-only module.
+	binDir   = "secrets-store"
+	toolsDir = "test/drivers/secretsstore/tools"
+)
+
+// The driver's two custom resources.
+var (
+	spcGVR   = schema.GroupVersionResource{Group: "secrets-store.csi.x-k8s.io", Version: "v1", Resource: "secretproviderclasses"}
+	spcpsGVR = schema.GroupVersionResource{Group: "secrets-store.csi.x-k8s.io", Version: "v1", Resource: "secretproviderclasspodstatuses"}
 )
 
 // TestSecretsStore is the driver's row of the matrix: csi-volmgr check against its node plugin,
@@ -59,15 +70,15 @@ func TestSecretsStore(t *testing.T) {
 		t.Fatal("the driver matrix needs root: the node plugin and the agent mount")
 	}
 	began := time.Now()
-	rec := newRecorder(t, driverresult.Result{
+	rec := drivertest.NewRecorder(t, driverresult.Result{
 		Name: "secrets-store", Driver: driverName, Kind: "ephemeral-inline",
 		Module: driverModule, Version: driverVersion,
 		Settings: chartSettings(),
 	})
-	defer rec.write(began)
+	defer rec.Write(began)
 
 	m := startMatrix(t)
-	rec.r.NodePluginFlags = pluginFlags("<root-dir>", "<node-name>", "<providers>", "<additional-providers>", "127.0.0.1:<port>", true)
+	rec.R.NodePluginFlags = pluginFlags("<root-dir>", "<node-name>", "<providers>", "<additional-providers>", "127.0.0.1:<port>", true)
 	runCheck(t, rec, m)
 	runLifecycle(t, rec, m)
 }

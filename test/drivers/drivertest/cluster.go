@@ -1,6 +1,4 @@
-//go:build drivers
-
-package secretsstore_test
+package drivertest
 
 import (
 	"context"
@@ -36,39 +34,48 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
-// spcGVR and spcpsGVR are the driver's two custom resources.
-var (
-	spcGVR   = schema.GroupVersionResource{Group: "secrets-store.csi.x-k8s.io", Version: "v1", Resource: "secretproviderclasses"}
-	spcpsGVR = schema.GroupVersionResource{Group: "secrets-store.csi.x-k8s.io", Version: "v1", Resource: "secretproviderclasspodstatuses"}
-	crdGVR   = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-)
+// crdGVR is CustomResourceDefinitions'.
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// repoRoot is the repository's root, from this package's directory.
-func repoRoot(t testing.TB) string {
+// Timeout bounds the waits of the helpers.
+const Timeout = 2 * time.Minute
+
+// RepoRoot is the repository's root: the first directory up from the test's working directory
+// with the project's go.mod.
+func RepoRoot(t testing.TB) string {
 	t.Helper()
-	wd, err := os.Getwd()
+	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(wd, "..", "..", "..")
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/csi-volmgr/csi-volmgr\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("the repository's root (go.mod of github.com/csi-volmgr/csi-volmgr) is not above the working directory")
+		}
+		dir = parent
+	}
 }
 
-// binary is one of the binaries make drivers-bins-secrets-store builds.
-func binary(t testing.TB, name string) string {
+// Binary is bin/drivers/<driver>/<name>, which make drivers-bins-<driver> builds.
+func Binary(t testing.TB, driver, name string) string {
 	t.Helper()
-	p := filepath.Join(repoRoot(t), "bin", "drivers", "secrets-store", name)
+	p := filepath.Join(RepoRoot(t), "bin", "drivers", driver, name)
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%v: run make drivers-bins-secrets-store", err)
+		t.Fatalf("%v: run make drivers-bins-%s", err, driver)
 	}
 	return p
 }
 
-// k8sBin is a binary of make e2e-bins (kube-controller-manager).
-func k8sBin(t testing.TB, name string) string {
+// K8sBin is a binary of make e2e-bins (kube-controller-manager), in $KUBEBUILDER_ASSETS or bin/k8s.
+func K8sBin(t testing.TB, name string) string {
 	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
-		dir = filepath.Join(repoRoot(t), "bin", "k8s")
+		dir = filepath.Join(RepoRoot(t), "bin", "k8s")
 	}
 	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
@@ -77,30 +84,33 @@ func k8sBin(t testing.TB, name string) string {
 	return p
 }
 
-// moduleDir is the driver module's directory in the module cache, as the tools module resolves
-// it: its manifests (CRDs, CSIDriver, RBAC) are applied from there, never retyped.
-func moduleDir(t testing.TB) string {
+// ModuleDir is module's directory in the module cache, as the build-only module in toolsDir (a
+// path from the repository's root) resolves it: a driver's manifests (CRDs, CSIDriver, RBAC) are
+// applied from there, never retyped.
+func ModuleDir(t testing.TB, toolsDir, module string) string {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-m", "-f", "{{.Dir}}", driverModule)
-	cmd.Dir = filepath.Join(repoRoot(t), "test", "drivers", "secretsstore", "tools")
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = filepath.Join(RepoRoot(t), toolsDir)
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -m %s in the tools module: %v", driverModule, err)
+		t.Fatalf("go list -m %s in %s: %v", module, toolsDir, err)
 	}
 	dir := strings.TrimSpace(string(out))
 	if dir == "" {
-		t.Fatalf("the module %s is not in the module cache: run make drivers-bins-secrets-store", driverModule)
+		t.Fatalf("the module %s is not in the module cache: build the driver's binaries first", module)
 	}
 	return dir
 }
 
-// applier creates manifests' objects of any kind through the dynamic client.
-type applier struct {
-	dyn    dynamic.Interface
+// Applier creates manifests' objects of any kind through the dynamic client.
+type Applier struct {
+	// Dyn is the dynamic client it creates with.
+	Dyn    dynamic.Interface
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 }
 
-func newApplier(t testing.TB, cfg *rest.Config) *applier {
+// NewApplier is an Applier acting with cfg.
+func NewApplier(t testing.TB, cfg *rest.Config) *Applier {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -110,12 +120,12 @@ func newApplier(t testing.TB, cfg *rest.Config) *applier {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
+	return &Applier{Dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
 }
 
-// create creates u, finding its resource by discovery (asked again once, for a CRD just
+// Create creates u, finding its resource by discovery (asked again once, for a CRD just
 // established).
-func (a *applier) create(ctx context.Context, u *unstructured.Unstructured) error {
+func (a *Applier) Create(ctx context.Context, u *unstructured.Unstructured) error {
 	gvk := u.GroupVersionKind()
 	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
@@ -124,9 +134,9 @@ func (a *applier) create(ctx context.Context, u *unstructured.Unstructured) erro
 			return fmt.Errorf("%s: %w", gvk, err)
 		}
 	}
-	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	var ri dynamic.ResourceInterface = a.Dyn.Resource(m.Resource)
 	if u.GetNamespace() != "" {
-		ri = a.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+		ri = a.Dyn.Resource(m.Resource).Namespace(u.GetNamespace())
 	}
 	if _, err := ri.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
@@ -134,8 +144,8 @@ func (a *applier) create(ctx context.Context, u *unstructured.Unstructured) erro
 	return nil
 }
 
-// applyFile creates every object of the YAML file path that keep accepts (nil: all).
-func (a *applier) applyFile(ctx context.Context, path string, keep func(*unstructured.Unstructured) bool) error {
+// ApplyFile creates every object of the YAML file path that keep accepts (nil: all).
+func (a *Applier) ApplyFile(ctx context.Context, path string, keep func(*unstructured.Unstructured) bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -149,17 +159,17 @@ func (a *applier) applyFile(ctx context.Context, path string, keep func(*unstruc
 		if keep != nil && !keep(u) {
 			continue
 		}
-		if err := a.create(ctx, u); err != nil {
+		if err := a.Create(ctx, u); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	return nil
 }
 
-// waitEstablished waits until the CRD name is Established.
-func (a *applier) waitEstablished(ctx context.Context, name string) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		crd, err := a.dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+// WaitEstablished waits until the CRD name is Established.
+func (a *Applier) WaitEstablished(ctx context.Context, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, Timeout, true, func(ctx context.Context) (bool, error) {
+		crd, err := a.Dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -174,15 +184,15 @@ func (a *applier) waitEstablished(ctx context.Context, name string) error {
 	})
 }
 
-// tokenKubeconfig is a kubeconfig for base's server and CA with a bearer token, as the
+// TokenKubeconfig is a kubeconfig for base's server and CA with a bearer token, as the
 // ServiceAccount's in-cluster configuration of a DaemonSet pod.
-func tokenKubeconfig(t testing.TB, base *rest.Config, token string) []byte {
+func TokenKubeconfig(t testing.TB, base *rest.Config, token string) []byte {
 	t.Helper()
 	return kubeconfig(t, base, &clientcmdapi.AuthInfo{Token: token})
 }
 
-// certKubeconfig is a kubeconfig for base's server and CA with cfg's client certificate.
-func certKubeconfig(t testing.TB, base, cfg *rest.Config) []byte {
+// CertKubeconfig is a kubeconfig for base's server and CA with cfg's client certificate.
+func CertKubeconfig(t testing.TB, base, cfg *rest.Config) []byte {
 	t.Helper()
 	return kubeconfig(t, base, &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData})
 }
@@ -201,8 +211,8 @@ func kubeconfig(t testing.TB, base *rest.Config, auth *clientcmdapi.AuthInfo) []
 	return data
 }
 
-// serviceAccountToken asks (as admin) for a two-hour token of namespace/name.
-func serviceAccountToken(ctx context.Context, env *k8stest.Env, namespace, name string) (string, error) {
+// ServiceAccountToken asks (as admin) for a two-hour token of namespace/name.
+func ServiceAccountToken(ctx context.Context, env *k8stest.Env, namespace, name string) (string, error) {
 	tr, err := env.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](2 * 3600)},
 	}, metav1.CreateOptions{})
@@ -212,10 +222,10 @@ func serviceAccountToken(ctx context.Context, env *k8stest.Env, namespace, name 
 	return tr.Status.Token, nil
 }
 
-// startProc starts bin with args and env (added to the test's), logging to <dir>/<name>.log; it
+// StartProc starts bin with args and env (added to the test's), logging to <dir>/<name>.log; it
 // is stopped (SIGTERM, then SIGKILL) when the test ends, and the end of its log is printed if the
 // test failed.
-func startProc(t testing.TB, dir, name, bin string, env []string, args ...string) *process.Process {
+func StartProc(t testing.TB, dir, name, bin string, env []string, args ...string) *process.Process {
 	t.Helper()
 	p := process.New(process.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
 		LogFile: filepath.Join(dir, name+".log"), ProcessGroup: true})
@@ -233,8 +243,8 @@ func startProc(t testing.TB, dir, name, bin string, env []string, args ...string
 	return p
 }
 
-// freePort returns a TCP port nobody listens on now.
-func freePort(t testing.TB) string {
+// FreePort returns a TCP port nobody listens on now.
+func FreePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -244,11 +254,11 @@ func freePort(t testing.TB) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// serveRegistration serves the kubelet plugin-registration API for the driver on
+// ServeRegistration serves the kubelet plugin-registration API for the driver on
 // <regDir>/<driver>-reg.sock, as node-driver-registrar does beside a node plugin (its module is
 // not served by the module proxy here): the agent finds the socket, asks GetInfo and connects to
 // endpoint. It keeps serving while the node plugin restarts, as the registrar container does.
-func serveRegistration(t testing.TB, regDir, driver, endpoint string) {
+func ServeRegistration(t testing.TB, regDir, driver, endpoint string) {
 	t.Helper()
 	sock := filepath.Join(regDir, driver+"-reg.sock")
 	l, err := net.Listen("unix", sock)
