@@ -64,6 +64,12 @@ type Config struct {
 	// For drivers that serve only inline volumes (secrets-store-csi-driver,
 	// cert-manager's csi-driver).
 	Ephemeral bool
+	// ReadOnly, with Ephemeral, publishes the inline volumes read-only (the
+	// pod's csi.readOnly: true), as drivers that serve only read-only
+	// volumes require (csi.cert-manager.io, secrets-store): the scenarios
+	// then check the files the driver put into the volume instead of
+	// writing their own, and those that need to write are skipped.
+	ReadOnly bool
 	// Scenario, when set, selects the scenarios whose name it matches.
 	Scenario *regexp.Regexp
 	// ScratchDir is where the scratch root is made; empty means the
@@ -87,6 +93,9 @@ type Config struct {
 func (c *Config) defaults() error {
 	if c.Endpoint == "" {
 		return errors.New("check: the node plugin's endpoint is required")
+	}
+	if c.ReadOnly && !c.Ephemeral {
+		return errors.New("check: read-only publishes are for inline volumes (Ephemeral) only")
 	}
 	if c.ControllerEndpoint == "" {
 		c.ControllerEndpoint = c.Endpoint

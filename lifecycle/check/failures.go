@@ -116,9 +116,19 @@ func driverRestart(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	data := randomData(4096)
-	if err := writeData(targets[0], data); err != nil {
-		return fail("writing through pod-0's target", "a writable volume", err)
+	// What the pods must see after the repair: the data written through
+	// pod-0, or, in a read-only volume, the files the driver put there.
+	var data []byte
+	var files map[string]string
+	if v.readOnly {
+		if files, err = readTree(targets[0]); err != nil {
+			return fail("reading pod-0's read-only target", "the files the driver put into the volume", err)
+		}
+	} else {
+		data = randomData(4096)
+		if err := writeData(targets[0], data); err != nil {
+			return fail("writing through pod-0's target", "a writable volume", err)
+		}
 	}
 	start := time.Now()
 	r.proc.kill()
@@ -146,6 +156,12 @@ func driverRestart(ctx context.Context, r *run) error {
 		return err
 	}
 	for i, t := range targets {
+		if v.readOnly {
+			if what := sameTree(t, files); what != "" {
+				return fail(fmt.Sprintf("reading through pod-%d's read-only target after the repair", i), "the files the driver put into the volume before it restarted", what)
+			}
+			continue
+		}
 		if what := checkData(t, data); what != "" {
 			return fail(fmt.Sprintf("reading through pod-%d's target after the repair", i), "the data written before the driver restarted", what)
 		}

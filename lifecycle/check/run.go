@@ -43,6 +43,8 @@ type vol struct {
 	// created and attached say what the check must undo.
 	created, attached bool
 	publishContext    map[string]string
+	// readOnly makes every pod's publish read-only (Config.ReadOnly).
+	readOnly bool
 }
 
 // manager is one volume manager: an actual state and operations over the
@@ -191,7 +193,8 @@ func (r *run) inlineVolume(access volume.AccessType) *vol {
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Attributes:  maps.Clone(r.cfg.VolumeContext),
 		},
-		name: volume.InlineName(uid, specName),
+		name:     volume.InlineName(uid, specName),
+		readOnly: r.cfg.ReadOnly,
 	}
 	r.mu.Lock()
 	r.vols = append(r.vols, v)
@@ -212,7 +215,7 @@ func pod(v *vol, i int) (volume.PodKey, volume.PodVolume) {
 	uid := podUID(i)
 	return volume.PodKey{Volume: v.name, Pod: uid},
 		volume.PodVolume{Pod: volume.PodInfo{UID: uid, Namespace: "csi-volmgr-check", Name: fmt.Sprintf("pod-%d", i), ServiceAccount: "default"},
-			SpecName: specName}
+			SpecName: specName, ReadOnly: v.readOnly}
 }
 
 // stage runs WaitForAttach and Stage, as the reconciler's volume worker.

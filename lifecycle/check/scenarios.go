@@ -72,6 +72,12 @@ func scenarios() []scenario {
 		onePod      = "is one pod's own: no other pod publishes it"
 		neverStaged = "is never staged: the kubelet publishes it directly"
 	)
+	writable := func(e *env) string {
+		if e.cfg.ReadOnly {
+			return "the volumes are published read-only (--read-only): the scenario writes into the volume"
+		}
+		return ""
+	}
 	child := func(e *env) string {
 		if e.cfg.Child == nil {
 			return "no volume manager process can be started (check.Config.Child is not set)"
@@ -100,9 +106,9 @@ func scenarios() []scenario {
 				return ""
 			}, run: blockTwoPods},
 		{name: "volume-mount-group", title: "volume_mount_group honoured: the pod's fsGroup owns the published volume",
-			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)), run: volumeMountGroup},
+			needs: all(fsVolume, writable, nodeCap(csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)), run: volumeMountGroup},
 		{name: "volume-stats", title: "NodeGetVolumeStats sane on a published volume, and following a write",
-			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_STATS)), run: volumeStats},
+			needs: all(fsVolume, writable, nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_STATS)), run: volumeStats},
 		{name: "expand-published", title: "NodeExpandVolume on a published volume grows what statfs reports",
 			needs: all(persistent("has no claim to resize: it is never expanded"), fsVolume, nodeCap(csi.NodeServiceCapability_RPC_EXPAND_VOLUME)), run: expandPublished},
 		{name: "uncertain-stage", title: "NodeStageVolume held past a short deadline (uncertain), then retried",

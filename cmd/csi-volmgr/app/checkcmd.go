@@ -123,6 +123,7 @@ is used; what the driver does not offer is skipped with the reason.`,
 	f.StringToStringVar(&params, "params", nil, "CreateVolume parameters, k=v,k2=v2.")
 	f.StringVar(&cfg.VolumeHandle, "volume-handle", "", "A filesystem volume to use when the driver has no controller service to create volumes.")
 	f.StringToStringVar(&volumeContext, "volume-context", nil, "The volume context of --volume-handle (with --ephemeral, the inline volume's volumeAttributes), k=v,k2=v2.")
+	f.BoolVar(&cfg.ReadOnly, "read-only", false, "With --ephemeral: publish the inline volumes read-only (csi.readOnly: true), as drivers that serve only read-only volumes require; the scenarios check the driver's files instead of writing their own, and skip what needs to write.")
 	f.BoolVar(&cfg.Ephemeral, "ephemeral", false, "Check CSI inline (ephemeral) volumes, as the kubelet publishes them for a driver with volumeLifecycleModes Ephemeral and podInfoOnMount: one volume per pod (volume_id csi-<sha256>), never created, attached or staged, published with --volume-context and the pod's information; the scenarios that share, keep, stage or expand a volume are skipped. For drivers that serve only inline volumes.")
 	f.StringVar(&scenario, "scenario", "", "Run only the scenarios whose name matches this regular expression.")
 	f.StringVar(&junit, "junit", "", "Also write the report as JUnit XML to this file.")
