@@ -362,3 +362,16 @@ $(SECRETS_STORE_BIN)/secrets-store-csi-driver:
 
 $(SECRETS_STORE_BIN)/secrets-store-e2e-provider:
 	cd test/drivers/secretsstore/tools && $(GO) build -o $@ ./fakeprovider
+
+##@ Driver matrix: cert-manager csi-driver (test/drivers/certmanager, docs/drivers.md)
+
+CERT_MANAGER_BIN := $(BIN)/drivers/cert-manager
+CERT_MANAGER_CSI_VERSION := v0.12.0
+
+.PHONY: drivers-bins-cert-manager
+drivers-bins-cert-manager: $(CERT_MANAGER_BIN)/cert-manager-csi-driver ## Build cert-manager's csi-driver node plugin (module test/drivers/certmanager/tools; only when missing).
+
+$(CERT_MANAGER_BIN)/cert-manager-csi-driver:
+	cd test/drivers/certmanager/tools && CGO_ENABLED=0 $(GO) build \
+	  -ldflags "-X github.com/cert-manager/csi-driver/internal/version.AppVersion=$(CERT_MANAGER_CSI_VERSION)" \
+	  -o $@ github.com/cert-manager/csi-driver/cmd

@@ -227,7 +227,14 @@ func ServiceAccountToken(ctx context.Context, env *k8stest.Env, namespace, name 
 // test failed.
 func StartProc(t testing.TB, dir, name, bin string, env []string, args ...string) *process.Process {
 	t.Helper()
-	p := process.New(process.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
+	return StartProcIn(t, "", dir, name, bin, env, args...)
+}
+
+// StartProcIn is StartProc with the working directory workDir ("" is the test's), for a driver
+// whose paths are relative to its container's working directory.
+func StartProcIn(t testing.TB, workDir, dir, name, bin string, env []string, args ...string) *process.Process {
+	t.Helper()
+	p := process.New(process.Options{Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...), Dir: workDir,
 		LogFile: filepath.Join(dir, name+".log"), ProcessGroup: true})
 	if err := p.Start(t.Context()); err != nil {
 		t.Fatal(err)

@@ -77,6 +77,14 @@ func TestSecretsStore(t *testing.T) {
 	})
 	defer rec.Write(began)
 
+	rec.Note("node-driver-registrar is not served by the module proxy here: a registrar in the test answers the " +
+		"plugin-registration API on the agent's registration directory, as it does")
+	rec.Note("the provider is secrets-store-e2e-provider (test/drivers/secretsstore/tools/fakeprovider), serving the " +
+		"driver's provider API provider/v1alpha1: the driver's own e2e provider is a module the proxy does not serve; " +
+		"monis.app/mlog (the driver's log set-up) is replaced by a stand-in of the five calls it makes (tools/mlog)")
+	rec.Note("csi-volmgr check runs the driver's csi-sanity mode (providerName=mock_provider) with the chart's default flags " +
+		"(enableSecretRotation false, under which that mode mounts a tmpfs): the check's pods are not in the API server; " +
+		"the lifecycle runs the real path")
 	m := startMatrix(t)
 	rec.R.NodePluginFlags = pluginFlags("<root-dir>", "<node-name>", "<providers>", "<additional-providers>", "127.0.0.1:<port>", true)
 	runCheck(t, rec, m)
