@@ -24,6 +24,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 const volumesReady corev1.PodConditionType = "csi-volmgr.io/VolumesReady"
@@ -279,12 +280,13 @@ func (l *lifecycle) renewed() error {
 	}
 	// Each NodePublishVolume of the published volume is logged by the driver (csi-lib's node
 	// server) as a volume already registered: the agent's republishes.
-	log, err := os.ReadFile(filepath.Join(l.m.dir, "cert-manager-csi-driver.log"))
-	if err != nil {
-		return err
-	}
-	if n := strings.Count(string(log), "Volume already registered with storage backend"); n < 2 {
-		return fmt.Errorf("the driver logged %d republishes of the volume in %v, want at least 2 (--republish-period=%v)", n, certLifetime, republishPeriod)
+	n := 0
+	if err := l.poll("two republishes in the driver's log", func(context.Context) (bool, error) {
+		log, err := os.ReadFile(filepath.Join(l.m.dir, "cert-manager-csi-driver.log"))
+		n = strings.Count(string(log), "Volume already registered with storage backend")
+		return n >= 2, err
+	}); err != nil {
+		return fmt.Errorf("%w: the driver logged %d republishes (--republish-period=%v)", err, n, republishPeriod)
 	}
 	return l.sameMount()
 }
@@ -354,12 +356,14 @@ func (l *lifecycle) teardown() error {
 	if len(left) > 0 {
 		return fmt.Errorf("mounts left below the agent's root: %v", left)
 	}
-	vols, err := l.agent.Volumes(ctx)
-	if err != nil {
-		return err
-	}
-	if len(vols) > 0 {
-		return fmt.Errorf("the agent still reports %d volumes", len(vols))
+	// The volume's entry goes once the volume worker forgets it (an inline volume has nothing to
+	// unstage), after the populator settled.
+	var vols []volumemanager.VolumeStatus
+	if err := l.poll("the agent to report no volume", func(ctx context.Context) (bool, error) {
+		vols, err = l.agent.Volumes(ctx)
+		return err == nil && len(vols) == 0, err
+	}); err != nil {
+		return fmt.Errorf("%w: it reports %+v", err, vols)
 	}
 	if _, err := l.podToken(); err == nil {
 		return errors.New("the driver's data directory still holds the volume's metadata")

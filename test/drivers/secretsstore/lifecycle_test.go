@@ -27,6 +27,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 const (
@@ -446,12 +447,14 @@ func (l *lifecycle) teardown() error {
 	if len(left) > 0 {
 		return fmt.Errorf("mounts left below the agent's root: %v", left)
 	}
-	vols, err := l.agent.Volumes(ctx)
-	if err != nil {
-		return err
-	}
-	if len(vols) > 0 {
-		return fmt.Errorf("the agent still reports %d volumes: %+v", len(vols), vols)
+	// The volume's entry goes once the volume worker forgets it (an inline volume has nothing to
+	// unstage), after the populator settled.
+	var vols []volumemanager.VolumeStatus
+	if err := l.poll("the agent to report no volume", func(ctx context.Context) (bool, error) {
+		vols, err = l.agent.Volumes(ctx)
+		return err == nil && len(vols) == 0, err
+	}); err != nil {
+		return fmt.Errorf("%w: it reports %+v", err, vols)
 	}
 	return nil
 }
