@@ -23,7 +23,7 @@ import (
 const (
 	driverName   = "secrets-store.csi.k8s.io"
 	driverModule = "sigs.k8s.io/secrets-store-csi-driver"
-	// driverVersion is the version the tools module pins (test/drivers/secretsstore/tools/go.mod).
+	// driverVersion is the version the tools module pins (test/drivers/secrets-store/tools/go.mod).
 	driverVersion = "v1.6.0"
 
 	// driverNamespace and driverServiceAccount are the node plugin's, from the module's
@@ -53,7 +53,7 @@ const (
 	// binDir is the directory of bin/drivers that make drivers-bins-secrets-store fills, and
 	// toolsDir its build-only module.
 	binDir   = "secrets-store"
-	toolsDir = "test/drivers/secretsstore/tools"
+	toolsDir = "test/drivers/secrets-store/tools"
 )
 
 // The driver's two custom resources.
@@ -79,7 +79,7 @@ func TestSecretsStore(t *testing.T) {
 
 	rec.Note("node-driver-registrar is not served by the module proxy here: a registrar in the test answers the " +
 		"plugin-registration API on the agent's registration directory, as it does")
-	rec.Note("the provider is secrets-store-e2e-provider (test/drivers/secretsstore/tools/fakeprovider), serving the " +
+	rec.Note("the provider is secrets-store-e2e-provider (test/drivers/secrets-store/tools/fakeprovider), serving the " +
 		"driver's provider API provider/v1alpha1: the driver's own e2e provider is a module the proxy does not serve; " +
 		"monis.app/mlog (the driver's log set-up) is replaced by a stand-in of the five calls it makes (tools/mlog)")
 	rec.Note("csi-volmgr check runs the driver's csi-sanity mode (providerName=mock_provider) with the chart's default flags " +

@@ -26,7 +26,7 @@ const (
 	// binDir is bin/drivers/<binDir>, filled by make drivers-bins-cert-manager; toolsDir is the
 	// build-only module.
 	binDir   = "cert-manager"
-	toolsDir = "test/drivers/certmanager/tools"
+	toolsDir = "test/drivers/cert-manager/tools"
 
 	driverNamespace      = "cert-manager"
 	driverServiceAccount = "cert-manager-csi-driver"

@@ -1,7 +1,7 @@
 // Module tools builds the stock secrets-store-csi-driver node plugin for the driver matrix
 // (make drivers), and the small provider it talks to. It is a module of its own so that the
 // driver builds with exactly the dependencies its release pins, never linked into csi-volmgr.
-module github.com/csi-volmgr/csi-volmgr/test/drivers/secretsstore/tools
+module github.com/csi-volmgr/csi-volmgr/test/drivers/secrets-store/tools
 
 go 1.26.0
 

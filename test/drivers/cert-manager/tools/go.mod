@@ -2,7 +2,7 @@
 // drivers). It is a module of its own so that the driver builds with exactly the dependencies its
 // release pins, never linked into csi-volmgr; the cert-manager module it requires carries the
 // CertificateRequest CRD the test applies.
-module github.com/csi-volmgr/csi-volmgr/test/drivers/certmanager/tools
+module github.com/csi-volmgr/csi-volmgr/test/drivers/cert-manager/tools
 
 go 1.26.0
 
