@@ -74,6 +74,7 @@ fmt-check: ## Fail if any Go file is not gofmt-clean.
 vet: ## go vet every package.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/cluster/... ./test/identity/...
+	$(GO) vet -tags upgrade ./test/agent/...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint (config in .golangci.yml).
@@ -100,9 +101,16 @@ bench: k8s-bins ## Benchmarks (figures the issues ask for).
 
 # test/kubelet is the separate module that runs the kubelet's own code
 # (k8s.io/kubernetes) beside csi-volmgr's; the root module never imports it.
+# Its three test packages run without -race: they compare csi-volmgr's results
+# with the kubelet's (file modes, metric definitions, a rendered table), with
+# no concurrency of their own, and csi-volmgr's code in them runs under -race
+# in test-unit. A race build would compile some 1,400 packages of
+# k8s.io/kubernetes a second time, the longest step of a cold CI run; without
+# it they reuse what vet and the compile step built.
+KUBELET_TESTFLAGS ?= -count=1 -timeout=20m
 .PHONY: test-kubelet
 test-kubelet: ## Against the kubelet's own code (module test/kubelet): every package vetted and compiled (the bench harness included, not run), the fsGroup ownership change file by file, the volume metrics' names, types, help and labels.
-	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(TESTFLAGS) ./fsgroup/ ./metrics/ ./cmd/benchrender/
+	cd test/kubelet && $(GO) vet ./... && $(GO) test -run='^$$' ./... && $(GO) test $(KUBELET_TESTFLAGS) ./fsgroup/ ./metrics/ ./cmd/benchrender/
 
 # deploy/helm is the separate module that tests the Helm chart through Helm's
 # Go SDK; the root module never imports Helm. No separate go vet: it would
@@ -122,6 +130,46 @@ fuzz: ## Run every fuzz target for FUZZTIME each (FUZZFLAGS= adds go test flags,
 .PHONY: clean
 clean: ## Remove build outputs (keeps bin/k8s, which is slow to rebuild).
 	rm -rf $(BIN)/csi-volmgr $(BIN)/sanity.log $(IMAGES) $(CROSS) $(IMAGEBUILD)
+
+##@ Upgrades and releases (not part of `make test`; docs/operations.md, "Upgrades and rollbacks")
+
+# The previous release: the commit test-upgrade builds the old agent from and
+# the version it stands for (hack/release/previous, rewritten by make release).
+PREVIOUS_FILE    := hack/release/previous
+PREVIOUS_COMMIT   = $(shell sed -n 's/^commit //p' $(PREVIOUS_FILE))
+PREVIOUS_VERSION  = $(shell sed -n 's/^version //p' $(PREVIOUS_FILE))
+UPGRADE          := $(BIN)/upgrade
+PREVIOUS_LDFLAGS  = -X $(BUILDINFO).gitVersion=$(PREVIOUS_VERSION) -X $(BUILDINFO).gitCommit=$(PREVIOUS_COMMIT) \
+                    -X $(BUILDINFO).gitTreeState=clean -X $(BUILDINFO).buildDate=$(BUILD_DATE)
+# The previous release's tree, whose Helm chart the Helm upgrade test
+# installs first.
+test-upgrade: export CSI_VOLMGR_PREVIOUS_SRC := $(UPGRADE)/src
+
+.PHONY: test-upgrade
+test-upgrade: k8s-bins ## Upgrade and rollback under live volumes: the agent of the previous release (hack/release/previous) replaced by HEAD's over published filesystem, block, inline and FUSE volumes, and back; the Helm chart upgraded from the previous release's; the DaemonSet's and systemd unit's restart settings (root; about 5 min).
+	@test -n "$(PREVIOUS_COMMIT)" || { echo "$(PREVIOUS_FILE) names no commit"; exit 1; }
+	@git cat-file -e '$(PREVIOUS_COMMIT)^{commit}' 2>/dev/null || { echo "the previous release $(PREVIOUS_COMMIT) is not in this clone (a shallow clone? git fetch --unshallow)"; exit 1; }
+	rm -rf $(UPGRADE) && mkdir -p $(UPGRADE)/src
+	git archive $(PREVIOUS_COMMIT) | tar -x -C $(UPGRADE)/src
+	cd $(UPGRADE)/src && $(GO) build -race -buildvcs=false -ldflags '$(PREVIOUS_LDFLAGS)' -o $(UPGRADE)/csi-volmgr-previous ./cmd/csi-volmgr
+	$(GO) build -race -ldflags '$(LDFLAGS)' -o $(UPGRADE)/csi-volmgr ./cmd/csi-volmgr
+	CSI_VOLMGR_PREVIOUS_BINARY=$(UPGRADE)/csi-volmgr-previous CSI_VOLMGR_BINARY=$(UPGRADE)/csi-volmgr \
+	  $(GO) test -tags upgrade $(TESTFLAGS) -run '^TestUpgrade' -v ./test/agent/ 2>&1 | tee $(UPGRADE)/agent.log | \
+	  grep -E '^(=== RUN|--- |\s+upgrade_test|ok |FAIL|PASS$$)' || true
+	@! grep -qE '^(--- FAIL|FAIL)' $(UPGRADE)/agent.log || { echo "test-upgrade failed; full log: $(UPGRADE)/agent.log"; exit 1; }
+	@grep -q '^--- PASS: TestUpgradeAndRollbackUnderLiveVolumes' $(UPGRADE)/agent.log || { echo "test-upgrade ran no upgrade test; full log: $(UPGRADE)/agent.log"; exit 1; }
+	cd deploy/helm && $(GO) test -tags upgrade $(TESTFLAGS) -run '^TestUpgrade' -v . 2>&1 | tee $(UPGRADE)/helm.log | \
+	  grep -E '^(=== RUN|--- |\s+upgrade_test|ok |FAIL|PASS$$)'
+	@grep -q '^--- PASS: TestUpgradeChartFromThePreviousRelease' $(UPGRADE)/helm.log || { echo "the Helm upgrade test did not pass; full log: $(UPGRADE)/helm.log"; exit 1; }
+	$(GO) test $(TESTFLAGS) -run '^(TestAgentDaemonSetRollsOutOneNodeAtATime|TestSystemdUnit)$$' ./deploy/
+
+# make release's checks (hack/release/release.sh): what CI runs but e2e, and
+# the upgrade from the previous release.
+RELEASE_CHECKS ?= test test-upgrade
+
+.PHONY: release
+release: ## Release VERSION=vX.Y.Z (clean main): make RELEASE_CHECKS (test test-upgrade), CHANGELOG's [Unreleased] under the version, deploy/'s image tag, commit and tag, make images, then hack/release/previous names it (a second commit). DRY_RUN=1 prints it all and changes nothing. Pushes nothing.
+	VERSION='$(VERSION)' MAKE='$(MAKE)' GO='$(GO)' RELEASE_CHECKS='$(RELEASE_CHECKS)' DRY_RUN='$(DRY_RUN)' hack/release/release.sh
 
 ##@ End to end: a virtual node on a real control plane (root)
 

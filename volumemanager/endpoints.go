@@ -56,7 +56,7 @@ var Endpoints = []Endpoint{
 	{Pattern: "GET /readyz", Access: AccessOpen, Doc: "Readiness: 200 once the agent owns its Node (with --register-node: registered it), rebuilt its state from disk and synced its caches; 503 with the reason otherwise, e.g. node <name> not registered yet."},
 	{Pattern: "GET " + VolumesPath, Access: AccessAuthorized, Doc: "Every volume the agent holds: driver, handle, stage state, pods and their publish state, last errors, stats (JSON)."},
 	{Pattern: "GET " + DriversPath, Access: AccessAuthorized, Doc: "Every registered CSI driver: endpoint, versions, node ID, topology, capabilities (JSON)."},
-	{Pattern: "GET " + ReconstructionPath, Access: AccessAuthorized, Doc: "What the agent found on disk at start: staged and published volumes, intact or not, failures (JSON)."},
+	{Pattern: "GET " + ReconstructionPath, Access: AccessAuthorized, Doc: "What the agent found on disk at start: staged and published volumes, intact or not, records of an older format migrated, failures (JSON)."},
 	{Pattern: "GET " + VersionPath, Access: AccessAuthorized, Doc: "The build: git version, commit, tree state, build date, Go version, platform (JSON, as `csi-volmgr version -o json`)."},
 	{Pattern: "GET " + PodsPath, Access: AccessAuthorized, Doc: "Every pod the agent holds volumes of: state, reason, volumes (JSON)."},
 	{Pattern: "GET " + PodsPath + "/{namespace}/{name}", Access: AccessAuthorized, Doc: "One pod (`?uid=`): state, blocking reason, mounted paths and devices, groups; `?wait=mounted|unmounted&timeout=2m` waits (504 with the current state when the timeout ends first)."},

@@ -81,11 +81,15 @@ type DriverStatus struct {
 // ReconstructionStatus is what the agent found on disk at start, in the
 // JSON status API.
 type ReconstructionStatus struct {
-	Staged          int      `json:"staged"`
-	StagedIntact    int      `json:"stagedIntact"`
-	Published       int      `json:"published"`
-	PublishedIntact int      `json:"publishedIntact"`
-	Failed          []string `json:"failed,omitempty"`
+	Staged          int `json:"staged"`
+	StagedIntact    int `json:"stagedIntact"`
+	Published       int `json:"published"`
+	PublishedIntact int `json:"publishedIntact"`
+	// Migrated counts the records of an older format rewritten in the
+	// current one at this start (docs/operations.md, "Upgrades and
+	// rollbacks").
+	Migrated int      `json:"migrated,omitempty"`
+	Failed   []string `json:"failed,omitempty"`
 }
 
 // Handler serves /metrics (Prometheus), /healthz and /livez (the named
@@ -132,7 +136,8 @@ func (vm *VolumeManager) register(mux *routes) {
 	})
 	mux.HandleFunc("GET "+ReconstructionPath, func(w http.ResponseWriter, r *http.Request) {
 		res := vm.manager.Reconstruction()
-		rs := ReconstructionStatus{Staged: res.Staged, StagedIntact: res.ProvenStaged, Published: res.Published, PublishedIntact: res.ProvenPublished}
+		rs := ReconstructionStatus{Staged: res.Staged, StagedIntact: res.ProvenStaged, Published: res.Published, PublishedIntact: res.ProvenPublished,
+			Migrated: res.Migrated}
 		for _, err := range res.Failed {
 			rs.Failed = append(rs.Failed, err.Error())
 		}

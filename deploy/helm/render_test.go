@@ -90,13 +90,20 @@ func loadChart(tb testing.TB) *chart.Chart {
 // renders every template without an API server.
 func templateChart(tb testing.TB, vals map[string]any) ([]*unstructured.Unstructured, error) {
 	tb.Helper()
+	return templateChartOf(tb, loadChart(tb), vals)
+}
+
+// templateChartOf is templateChart of the chart c (e.g. an earlier
+// release's).
+func templateChartOf(tb testing.TB, c *chart.Chart, vals map[string]any) ([]*unstructured.Unstructured, error) {
+	tb.Helper()
 	install := action.NewInstall(&action.Configuration{Log: func(format string, v ...any) { tb.Logf(format, v...) }})
 	install.DryRun = true
 	install.ClientOnly = true
 	install.Replace = true
 	install.ReleaseName = releaseName
 	install.Namespace = releaseNamespace
-	rel, err := install.RunWithContext(tb.Context(), loadChart(tb), vals)
+	rel, err := install.RunWithContext(tb.Context(), c, vals)
 	if err != nil {
 		return nil, err
 	}

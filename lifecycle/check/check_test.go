@@ -403,3 +403,26 @@ func TestTakesAVolumeHandleWithoutAController(t *testing.T) {
 	}
 	assertNothingLeft(t, scratch)
 }
+
+// TestExpandPublishedDirectoryBacked: a directory-backed volume, as
+// csi-driver-host-path's, shows the host's file system to statfs, larger
+// than the volume and unchanged by NodeExpandVolume. It offers the size asked
+// for, which is all the kubelet relies on: expand-published passes.
+func TestExpandPublishedDirectoryBacked(t *testing.T) {
+	p := newTestPlugin(t)
+	scratch := t.TempDir()
+	cfg := p.config(t, scratch)
+	cfg.Params = nil // not FUSE-backed: a bind mount of the volume's directory
+	cfg.Scenario = regexp.MustCompile(`^expand-published$`)
+	report, err := check.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Results) != 1 {
+		t.Fatalf("%d scenarios ran, want expand-published alone", len(report.Results))
+	}
+	if res := report.Results[0]; res.Status != check.Pass {
+		t.Errorf("expand-published on a directory-backed volume: %s (%s): expected %s, got %s", res.Status, res.Reason, res.Expected, res.Got)
+	}
+	assertNothingLeft(t, scratch, p.stateDir)
+}

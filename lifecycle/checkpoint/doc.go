@@ -6,4 +6,9 @@
 // of every directory entry made for it), in the kubelet's format, a
 // JSON object of strings, so a reader of either tolerates the other's extra
 // keys; unreadable records are reported as ErrCorrupt.
+//
+// Every record carries its format version (FormatKey, FormatVersion). A
+// record without one was written before records were versioned and is
+// migrated in place (Migrate); a record of a newer version is refused with
+// a *FormatError and left as it is.
 package checkpoint

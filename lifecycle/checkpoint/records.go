@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -111,7 +112,8 @@ func WritePublish(path string, r PublishRecord) error {
 }
 
 // ReadPublish reads the record at path. Unknown keys are ignored; a record
-// without volumeHandle, driverName or specVolID is ErrCorrupt.
+// without volumeHandle, driverName or specVolID is ErrCorrupt, one of a
+// newer format a *FormatError.
 func ReadPublish(path string) (PublishRecord, error) {
 	m, err := readRecord(path, keySpecVolID, keyVolumeHandle, keyDriverName)
 	if err != nil {
@@ -152,7 +154,8 @@ func WriteStage(path string, r StageRecord) error {
 }
 
 // ReadStage reads the record at path. Unknown keys are ignored; a record
-// without volumeHandle or driverName is ErrCorrupt.
+// without volumeHandle or driverName is ErrCorrupt, one of a newer format
+// a *FormatError.
 func ReadStage(path string) (StageRecord, error) {
 	m, err := readRecord(path, keyVolumeHandle, keyDriverName)
 	if err != nil {
@@ -174,13 +177,15 @@ func ReadStage(path string) (StageRecord, error) {
 }
 
 // writeRecord encodes m as the kubelet does (a JSON object of strings,
-// newline-terminated), leaving out empty values, and writes it with write.
+// newline-terminated), leaving out empty values, with FormatKey, and
+// writes it with write.
 func writeRecord(path string, write func(string, []byte) error, m map[string]string) error {
 	for k, v := range m {
 		if v == "" {
 			delete(m, k)
 		}
 	}
+	m[FormatKey] = strconv.Itoa(FormatVersion)
 	data, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", path, err)
@@ -190,18 +195,21 @@ func writeRecord(path string, write func(string, []byte) error, m map[string]str
 
 // readRecord decodes the record at path, keeping the string values of the
 // keys it knows and ignoring other keys whatever their type, and checks
-// that the required keys are present.
+// that the required keys are present. A record of a format newer than
+// FormatVersion is a *FormatError.
 func readRecord(path string, required ...string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading volume record: %w", err)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("%w %s: %w", ErrCorrupt, path, err)
+	raw, err := decodeObject(path, data)
+	if err != nil {
+		return nil, err
 	}
-	if raw == nil {
-		return nil, fmt.Errorf("%w %s: not a JSON object", ErrCorrupt, path)
+	// A newer format is refused before any key is read: its keys may not
+	// mean what this agent takes them for.
+	if _, err := formatOf(path, raw); err != nil {
+		return nil, err
 	}
 	m := make(map[string]string, len(raw))
 	for _, k := range knownKeys {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
@@ -21,8 +22,12 @@ const recordsDir = "standalone/attachments"
 // record is what the Attacher keeps on disk of a volume it may have
 // attached with ControllerPublishVolume: enough to call
 // ControllerUnpublishVolume after a restart. It holds no secret data, only
-// the reference to the Secret.
+// the reference to the Secret. Format is its format version
+// (checkpoint.FormatVersion, the same versioning as the volume records):
+// empty in a record written before records were versioned, which list
+// migrates in place; a newer one is refused.
 type record struct {
+	Format   string            `json:"csiVolmgrFormat,omitempty"`
 	Volume   volume.Name       `json:"volume"`
 	Driver   string            `json:"driver"`
 	Handle   string            `json:"volumeHandle"`
@@ -47,6 +52,7 @@ func newRecordStore(root string) (*recordStore, error) {
 func (s *recordStore) path(vaName string) string { return filepath.Join(s.dir, vaName+".json") }
 
 func (s *recordStore) write(vaName string, r record) error {
+	r.Format = strconv.Itoa(checkpoint.FormatVersion)
 	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encoding attachment record: %w", err)
@@ -73,13 +79,20 @@ func (s *recordStore) read(vaName string) (record, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return record{}, fmt.Errorf("parsing attachment record %s: %w", s.path(vaName), err)
 	}
+	// A newer format is refused before its fields are trusted.
+	if _, err := checkpoint.ParseFormat(s.path(vaName), r.Format, r.Format != ""); err != nil {
+		return record{}, err
+	}
 	if r.Volume == "" || r.Driver == "" || r.Handle == "" {
 		return record{}, fmt.Errorf("attachment record %s lacks the volume, driver or handle", s.path(vaName))
 	}
 	return r, nil
 }
 
-// list returns every record by VolumeAttachment name.
+// list returns every record by VolumeAttachment name, after checking that
+// none has a newer format (a *checkpoint.FormatError, nothing migrated)
+// and then migrating those written before records were versioned (no
+// csiVolmgrFormat), each rewritten atomically and durably.
 func (s *recordStore) list() (map[string]record, error) {
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -99,6 +112,14 @@ func (s *recordStore) list() (map[string]record, error) {
 			return nil, err
 		}
 		out[vaName] = r
+	}
+	for vaName, r := range out {
+		if r.Format != "" {
+			continue
+		}
+		if err := s.write(vaName, r); err != nil {
+			return nil, fmt.Errorf("migrating attachment record %s to format version %d: %w", s.path(vaName), checkpoint.FormatVersion, err)
+		}
 	}
 	return out, nil
 }

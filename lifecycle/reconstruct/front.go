@@ -61,6 +61,7 @@ func frontRecord(ctx context.Context, r paths.CallerRecord, mounts Mounts, st Ac
 		st.AddReconstructedVolume(name, id, rec.StagingPath)
 		st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.StageUncertain, StagingPath: rec.StagingPath, External: true})
 		res.Staged++
+		migrate(ctx, r.Record, res)
 		if intact(ctx, mounts, rec.StagingPath) {
 			st.RecordStage(name, id, asw.StageOutcome{Step: volume.StepStage, State: volume.Staged, StagingPath: rec.StagingPath, External: true})
 			res.ProvenStaged++
@@ -90,6 +91,7 @@ func frontRecord(ctx context.Context, r paths.CallerRecord, mounts Mounts, st Ac
 	st.AddReconstructedPod(key, id, rec.TargetPath)
 	st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.PublishUncertain, TargetPath: rec.TargetPath, External: true})
 	res.Published++
+	migrate(ctx, r.Record, res)
 	if intact(ctx, mounts, rec.TargetPath) {
 		st.RecordPublish(key, id, asw.PublishOutcome{Step: volume.StepPublish, State: volume.Published, TargetPath: rec.TargetPath, External: true})
 		res.ProvenPublished++

@@ -1,6 +1,7 @@
 package reconstruct
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/asw"
+	"github.com/csi-volmgr/csi-volmgr/lifecycle/checkpoint"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/paths"
 )
 
@@ -22,8 +24,9 @@ func (nothingMounted) IsMountPoint(string) (bool, error) { return false, nil }
 // volume directory (filesystem and block) with fuzzed vol_data.json
 // contents, as a crash, a disk error or an attacker with access to the root
 // could leave them, and rebuilds the actual state from them: it never
-// panics or fails as a whole, and every staging and target path it records
-// lies below the root, whatever path a record names.
+// panics or fails as a whole but for a record of a newer format (then it
+// records nothing), and every staging and target path it records lies
+// below the root, whatever path a record names.
 func FuzzReconstructRecords(f *testing.F) {
 	f.Add([]byte(`{"volumeHandle":"h","driverName":"d.example.com","pvName":"pv","accessType":"Filesystem","stagingPath":"/etc"}`),
 		[]byte(`{"specVolID":"pv","volumeHandle":"h","driverName":"d.example.com","podUID":"uid","targetPath":"/etc/passwd"}`), false)
@@ -31,8 +34,11 @@ func FuzzReconstructRecords(f *testing.F) {
 		[]byte(`{"specVolID":"../../z","volumeHandle":"h","driverName":"d","volumeName":"kubernetes.io/csi/d^h"}`), true)
 	f.Add([]byte(`{"volumeHandle":"h","driverName":"d"}`), []byte(`null`), false)
 	f.Add([]byte("\x00"), []byte(`{"specVolID":"pv","volumeHandle":"h","driverName":"d","accessType":"Block","podUID":"other"}`), true)
+	f.Add([]byte(`{"volumeHandle":"h","driverName":"d.example.com","csiVolmgrFormat":"1"}`),
+		[]byte(`{"specVolID":"pv","volumeHandle":"h","driverName":"d.example.com","csiVolmgrFormat":"2"}`), false)
 	// One root for every input: a directory per input makes each run slow
-	// enough to stall the fuzzer's minimization. Reconstruction only reads.
+	// enough to stall the fuzzer's minimization. Reconstruction writes no
+	// more than a record's migration, and every input writes both records.
 	root := f.TempDir()
 	layout, err := paths.New(root)
 	if err != nil {
@@ -61,7 +67,12 @@ func FuzzReconstructRecords(f *testing.F) {
 		world := asw.New(asw.Options{})
 		ctx := klog.NewContext(t.Context(), logr.Discard())
 		if _, err := Run(ctx, layout, nothingMounted{}, world); err != nil {
-			t.Fatalf("Run: %v", err)
+			if !errors.Is(err, checkpoint.ErrNewerFormat) {
+				t.Fatalf("Run: %v", err)
+			}
+			if n := len(world.Snapshot()); n != 0 {
+				t.Fatalf("Run refused a newer format (%v) but recorded %d volumes", err, n)
+			}
 		}
 		for _, v := range world.Snapshot() {
 			if v.StagingPath != "" && !strings.HasPrefix(v.StagingPath, root+"/") {

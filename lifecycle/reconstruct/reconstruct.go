@@ -57,6 +57,9 @@ type Result struct {
 	// Removed counts the directories an interrupted step left without a
 	// record and with nothing else in them, which were removed.
 	Removed int
+	// Migrated counts the records of an older format rewritten in the
+	// current one (checkpoint.Migrate).
+	Migrated int
 }
 
 func (r *Result) add(o Result) {
@@ -66,6 +69,7 @@ func (r *Result) add(o Result) {
 	r.ProvenPublished += o.ProvenPublished
 	r.Failed = append(r.Failed, o.Failed...)
 	r.Removed += o.Removed
+	r.Migrated += o.Migrated
 }
 
 // Run rebuilds the actual state into st, once at start before anything
@@ -73,8 +77,14 @@ func (r *Result) add(o Result) {
 // staged-volume records and the pod volume directories), then from the
 // front endpoint's records (front). What fails is left alone on disk,
 // logged and listed in Result.Failed; the error is for a root that cannot
-// be scanned at all.
+// be scanned at all, or that holds a record of a newer format than this
+// agent knows (checkpoint.ErrNewerFormat): then nothing is reconstructed,
+// migrated or removed. Records of an older format are migrated in place
+// once reconstructed.
 func Run(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualState) (Result, error) {
+	if err := checkFormats(layout); err != nil {
+		return Result{}, err
+	}
 	res, err := kubelet(ctx, layout, mounts, st)
 	if err != nil {
 		return res, err
@@ -136,7 +146,8 @@ func kubelet(ctx context.Context, layout paths.Layout, mounts Mounts, st ActualS
 		res.Removed++
 	}
 	logger.Info("Reconstructed actual state", "staged", res.Staged, "stagedIntact", res.ProvenStaged,
-		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed), "removed", res.Removed)
+		"published", res.Published, "publishedIntact", res.ProvenPublished, "failed", len(res.Failed), "removed", res.Removed,
+		"migrated", res.Migrated)
 	return res, nil
 }
 
@@ -157,6 +168,7 @@ func reconstructStaged(ctx context.Context, layout paths.Layout, sv paths.Staged
 	}
 	st.AddReconstructedVolume(name, id, staging.Path)
 	res.Staged++
+	migrate(ctx, sv.Record, res)
 	proven := intact(ctx, mounts, staging.Path)
 	if !proven && id.AccessType == volume.Block {
 		// A block volume's staging path is a directory the driver mounts
@@ -195,6 +207,7 @@ func reconstructPublished(ctx context.Context, pv paths.PodVolume, mounts Mounts
 	// The target comes from the layout, never from the record.
 	st.AddReconstructedPod(key, id, pv.Target)
 	res.Published++
+	migrate(ctx, pv.Record, res)
 	proven := intact(ctx, mounts, pv.Target)
 	presented := volume.Presentation{SELinuxContext: rec.SELinuxMountContext}
 	if pv.AccessType == volume.Block {

@@ -76,6 +76,11 @@ type nodeOptions struct {
 	verbosity int
 	// extraArgs are more arguments of the agent's run.
 	extraArgs []string
+	// csiDriver, when set, changes the CSIDriver object before it is
+	// created (e.g. to allow inline volumes).
+	csiDriver func(*storagev1.CSIDriverSpec)
+	// agentBinary is the csi-volmgr binary to run; "" builds this checkout.
+	agentBinary string
 }
 
 // newNode prepares a node for t; the agent still has to be started.
@@ -103,6 +108,9 @@ func newNode(t *testing.T, opts nodeOptions) *node {
 			PodInfoOnMount: ptr.To(false),
 		},
 	}
+	if opts.csiDriver != nil {
+		opts.csiDriver(&csiDriver.Spec)
+	}
 	if _, err := f.Client.StorageV1().CSIDrivers().Create(t.Context(), csiDriver, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating CSIDriver %s: %v", driver, err)
 	}
@@ -114,7 +122,7 @@ func newNode(t *testing.T, opts nodeOptions) *node {
 		kubeConfig = f.Env.KubeConfig
 	}
 	a := agenttest.New(t, agenttest.Options{KubeConfig: kubeConfig, NodeName: f.NodeName, CSITimeout: opts.csiTimeout,
-		Verbosity: opts.verbosity, ExtraArgs: extraArgs})
+		Verbosity: opts.verbosity, ExtraArgs: extraArgs, Binary: opts.agentBinary})
 	// The agent's directory exists before the plugin starts, so the plugin's
 	// cleanup (unmount everything of its volumes) runs before it is removed.
 	p := plugintest.Start(t, plugintest.Options{Name: driver, NodeID: f.NodeName, RegistrationDir: a.RegistrationDir})
@@ -158,6 +166,14 @@ func (n *node) waitDriverRegistered(t *testing.T) {
 // createVolume creates a filesystem volume in the plugin and returns its handle.
 func (n *node) createVolume(t *testing.T, name string) string {
 	t.Helper()
+	return n.createVolumeWithParameters(t, name, nil)
+}
+
+// createVolumeWithParameters creates a filesystem volume in the plugin with
+// the CreateVolume parameters (e.g. plugin.FuseParameter) and returns its
+// handle.
+func (n *node) createVolumeWithParameters(t *testing.T, name string, parameters map[string]string) string {
+	t.Helper()
 	conn, err := n.plugin.Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +186,7 @@ func (n *node) createVolume(t *testing.T, name string) string {
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
 		}},
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20},
+		Parameters:    parameters,
 	})
 	if err != nil {
 		t.Fatalf("CreateVolume %s: %v", name, err)
@@ -193,8 +210,14 @@ func (n *node) createClaimedVolume(t *testing.T, name string) claimedVolume {
 // the PV before it is created.
 func (n *node) createClaimedVolumeWith(t *testing.T, name string, mutate func(*corev1.PersistentVolume)) claimedVolume {
 	t.Helper()
+	return n.claimVolume(t, name, n.createVolume(t, name), mutate)
+}
+
+// claimVolume creates the PV of the plugin volume handle and a claim bound
+// to it, with mutate applied to the PV before it is created.
+func (n *node) claimVolume(t *testing.T, name, handle string, mutate func(*corev1.PersistentVolume)) claimedVolume {
+	t.Helper()
 	ctx := t.Context()
-	handle := n.createVolume(t, name)
 	pvName := n.f.Namespace + "-" + name
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: n.f.Namespace, Name: name},

@@ -44,6 +44,9 @@ type Options struct {
 	Verbosity int
 	// ExtraArgs are appended to the command line of `csi-volmgr run`.
 	ExtraArgs []string
+	// Binary, when set, is the csi-volmgr binary to run (e.g. an earlier release's, for the
+	// upgrade test) instead of this checkout's (Binary()).
+	Binary string
 }
 
 // Agent is a handle on one agent process and its successors after Restart, all over the same
@@ -69,7 +72,9 @@ type Agent struct {
 	KubeconfigPath, LogFile string
 
 	binary string
-	tb     testing.TB
+	// procOpts is how Process was made, for Replace.
+	procOpts process.Options
+	tb       testing.TB
 	// stopRegistered makes stopAtCleanup register the stop once.
 	stopRegistered sync.Once
 }
@@ -102,9 +107,12 @@ func Prepare(opts Options) (*Agent, error) {
 	if len(opts.KubeConfig) == 0 || opts.NodeName == "" {
 		return nil, errors.New("agenttest: KubeConfig and NodeName are required")
 	}
-	bin, err := Binary()
-	if err != nil {
-		return nil, err
+	bin := opts.Binary
+	if bin == "" {
+		var err error
+		if bin, err = Binary(); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "ag")
 	if err != nil {
@@ -144,15 +152,39 @@ func Prepare(opts Options) (*Agent, error) {
 	if opts.CSITimeout > 0 {
 		args = append(args, "--csi-timeout="+opts.CSITimeout.String())
 	}
-	a.Process = process.New(process.Options{
+	a.procOpts = process.Options{
 		Name:        "agent",
 		Path:        bin,
 		Args:        append(args, opts.ExtraArgs...),
 		LogFile:     a.LogFile,
 		Ready:       a.serving,
 		StopTimeout: stopTimeout,
-	})
+	}
+	a.Process = process.New(a.procOpts)
 	return a, nil
+}
+
+// Replace stops the agent as a DaemonSet rollout or a package update's restart does (SIGTERM,
+// its clean exit awaited) if it still runs, and starts binary in its place with the same
+// command line, over the same root directory and HTTP endpoint; the client commands
+// (StatusCommand) run binary from then on. Unlike the other methods it must not run
+// concurrently with any other method of a.
+func (a *Agent) Replace(ctx context.Context, binary string) error {
+	if a.Running() {
+		if err := a.Stop(); err != nil {
+			return err
+		}
+	}
+	a.StartWith(binary)
+	return a.Start(ctx)
+}
+
+// StartWith makes the next Start run binary: the agent must not run (Stop it first). Like
+// Replace, it must not run concurrently with any other method of a.
+func (a *Agent) StartWith(binary string) {
+	a.procOpts.Path = binary
+	a.binary = binary
+	a.Process = process.New(a.procOpts)
 }
 
 // freeAddress returns a 127.0.0.1 address with a port that was free a moment ago.
