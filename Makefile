@@ -460,3 +460,32 @@ print-image-tag:
 .PHONY: print-ldflags
 print-ldflags:
 	@echo '$(LDFLAGS)'
+
+##@ Driver matrix: secrets-store-csi-driver (test/drivers/secrets-store, docs/drivers.md)
+
+SECRETS_STORE_BIN := $(BIN)/drivers/secrets-store
+SECRETS_STORE_VERSION := v1.6.0
+
+.PHONY: drivers-bins-secrets-store
+drivers-bins-secrets-store: $(SECRETS_STORE_BIN)/secrets-store-csi-driver $(SECRETS_STORE_BIN)/secrets-store-e2e-provider ## Build secrets-store-csi-driver's node plugin and the matrix's provider (module test/drivers/secrets-store/tools; only when missing).
+
+$(SECRETS_STORE_BIN)/secrets-store-csi-driver:
+	cd test/drivers/secrets-store/tools && CGO_ENABLED=0 $(GO) build \
+	  -ldflags "-X sigs.k8s.io/secrets-store-csi-driver/pkg/version.BuildVersion=$(SECRETS_STORE_VERSION)" \
+	  -o $@ sigs.k8s.io/secrets-store-csi-driver/cmd/secrets-store-csi-driver
+
+$(SECRETS_STORE_BIN)/secrets-store-e2e-provider:
+	cd test/drivers/secrets-store/tools && $(GO) build -o $@ ./fakeprovider
+
+##@ Driver matrix: cert-manager csi-driver (test/drivers/cert-manager, docs/drivers.md)
+
+CERT_MANAGER_BIN := $(BIN)/drivers/cert-manager
+CERT_MANAGER_CSI_VERSION := v0.12.0
+
+.PHONY: drivers-bins-cert-manager
+drivers-bins-cert-manager: $(CERT_MANAGER_BIN)/cert-manager-csi-driver ## Build cert-manager's csi-driver node plugin (module test/drivers/cert-manager/tools; only when missing).
+
+$(CERT_MANAGER_BIN)/cert-manager-csi-driver:
+	cd test/drivers/cert-manager/tools && CGO_ENABLED=0 $(GO) build \
+	  -ldflags "-X github.com/cert-manager/csi-driver/internal/version.AppVersion=$(CERT_MANAGER_CSI_VERSION)" \
+	  -o $@ github.com/cert-manager/csi-driver/cmd
