@@ -194,6 +194,72 @@ e2e: e2e-bins ## The example virtual-kubelet runtime with csi-volmgr on kube-api
 e2e-bench: e2e-bins ## 50 pods with an attach-required PVC on the virtual node: created→Running p50/p99 and its parts, delete→detached p50.
 	$(GO) test -tags e2e -count=1 -timeout=30m -run='^$$' -bench=BenchmarkVirtualNodePods -benchtime=$(BENCHTIME) ./test/cluster/...
 
+##@ Version skew (issue 35; not part of `make test`, see docs/operations.md)
+#
+# make test-skew runs the end-to-end suites (test/cluster, test/identity) once
+# per supported Kubernetes minor: the control plane (kube-apiserver,
+# kube-controller-manager, kube-scheduler) of each older minor is built from
+# its own module test/k8s/skew/<minor> into bin/k8s-<minor>/, beside the
+# current minor's etcd, kubectl and csi-attacher. The newest minor is bin/k8s.
+
+SKEW_MINORS  ?= v1.34 v1.35 v1.36 v1.37
+SKEW_NEWEST  := v1.37
+SKEW_RESULTS ?= $(BIN)/skew
+SKEW_FLAGS   ?= -race -count=1 -timeout=30m
+# The minors whose control plane is built here (every one but the newest).
+SKEW_OLDER    = $(filter-out $(SKEW_NEWEST),$(SKEW_MINORS))
+
+# One go build per minor: the three commands share their compilation. Built
+# into a temporary folder and moved, so that an interrupted build is not
+# taken for a finished one. The -X flags give the binaries the version of
+# their module (as Kubernetes' own build does): `--version` and the API
+# server's /version say v1.34.4, not v0.0.0-master.
+K8S_VERSION_PKG := k8s.io/component-base/version
+$(BIN)/k8s-v%/kube-apiserver: | e2e-bins
+	rm -rf $(BIN)/.k8s-v$*.tmp && mkdir -p $(BIN)/.k8s-v$*.tmp
+	cd test/k8s/skew/v$* && v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+	  $(GO) build -ldflags "-X $(K8S_VERSION_PKG).gitVersion=$$v -X $(K8S_VERSION_PKG).gitMajor=1 \
+	    -X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$*))" -o $(BIN)/.k8s-v$*.tmp/ k8s.io/kubernetes/cmd/kube-apiserver \
+	  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+	mkdir -p $(BIN)/k8s-v$*
+	for b in etcd kubectl csi-attacher; do ln -sf $(K8S_BIN)/$$b $(BIN)/k8s-v$*/$$b; done
+	mv $(BIN)/.k8s-v$*.tmp/kube-controller-manager $(BIN)/.k8s-v$*.tmp/kube-scheduler $(BIN)/k8s-v$*/
+	mv $(BIN)/.k8s-v$*.tmp/kube-apiserver $(BIN)/k8s-v$*/ && rmdir $(BIN)/.k8s-v$*.tmp
+
+.PHONY: skew-bins
+skew-bins: e2e-bins $(foreach m,$(SKEW_OLDER),$(BIN)/k8s-$(m)/kube-apiserver) ## Build the control plane of every older minor of SKEW_MINORS into bin/k8s-<minor>/ (only when missing; one after another, several minutes and ~1 GB of modules each).
+
+# The suites of make test-skew: the agent in-process on a real API server
+# (test/e2e: publish, attach, attach limits, expansion, ownership, SELinux,
+# restarts, teardown), then with kube-controller-manager, kube-scheduler and
+# the external-attacher (test/cluster: scheduling, attach/detach, generic
+# ephemeral volumes) and as its own Node (test/identity).
+SKEW_PKGS    ?= ./test/e2e/... ./test/cluster/... ./test/identity/...
+
+.PHONY: test-skew
+test-skew: skew-bins ## The end-to-end suites (SKEW_PKGS) against the control plane of each minor of SKEW_MINORS (v1.34 v1.35 v1.36 v1.37); a summary per minor in bin/skew/summary.txt, logs in bin/skew/.
+	@mkdir -p $(SKEW_RESULTS); rc=0; \
+	echo "# make test-skew: commit $(GIT_COMMIT) ($(GIT_TREE_STATE)), $$(TZ=UTC date '+%F %H:%M') UTC, $$(nproc) CPUs; $(SKEW_PKGS)" \
+	  > $(SKEW_RESULTS)/summary.txt; \
+	for m in $(SKEW_MINORS); do \
+	  dir=$(BIN)/k8s-$$m; mod=test/k8s/skew/$$m; \
+	  if [ "$$m" = "$(SKEW_NEWEST)" ]; then dir=$(K8S_BIN); mod=test/k8s/tools; fi; \
+	  ver=$$(cd $$mod && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes); \
+	  echo "== $$m: kube-apiserver $$ver ($$dir)"; start=$$(date +%s); \
+	  if CSI_VOLMGR_EXPECT_K8S_MINOR=$$m KUBEBUILDER_ASSETS=$$dir $(GO) test -tags e2e $(SKEW_FLAGS) -v $(SKEW_PKGS) > $(SKEW_RESULTS)/$$m.log 2>&1; \
+	  then res=PASS; else res=FAIL; rc=1; fi; \
+	  echo "$$m $$ver $$res" \
+	    "tests_passed=$$(grep -c -- '^--- PASS' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "tests_failed=$$(grep -c -- '^--- FAIL' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "tests_skipped=$$(grep -c -- '^--- SKIP' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "subtests_passed=$$(grep -cE -- '^[[:space:]]+--- PASS' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "subtests_failed=$$(grep -cE -- '^[[:space:]]+--- FAIL' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "packages=$$(grep -cE '^(ok|FAIL)[[:space:]]+github' $(SKEW_RESULTS)/$$m.log || true)" \
+	    "seconds=$$(( $$(date +%s) - start ))" | tee -a $(SKEW_RESULTS)/summary.txt; \
+	  grep -E '^(--- FAIL|FAIL|ok|panic)' $(SKEW_RESULTS)/$$m.log | sed 's/^/   /' || true; \
+	done; \
+	echo "summary: $(SKEW_RESULTS)/summary.txt, logs: $(SKEW_RESULTS)/<minor>.log"; exit $$rc
+
 ##@ Demo
 
 .PHONY: run
@@ -373,7 +439,7 @@ bench-kubelet-stress: kubelet-bench-bins ## The stress rows, run once: bursts of
 # driver's binaries are built by its rule drivers-bins-<name> into
 # bin/drivers/<name>/, from a module of its own (test/drivers/<name>/tools):
 # the drivers' dependency graphs conflict with csi-volmgr's.
-DRIVERS         ?= juicefs
+DRIVERS         ?= juicefs secrets-store cert-manager
 DRIVERS_BIN     := $(BIN)/drivers
 DRIVERS_RESULTS ?= docs/drivers/results
 DRIVERS_TIMEOUT ?= 30m
@@ -427,3 +493,32 @@ print-image-tag:
 .PHONY: print-ldflags
 print-ldflags:
 	@echo '$(LDFLAGS)'
+
+##@ Driver matrix: secrets-store-csi-driver (test/drivers/secrets-store, docs/drivers.md)
+
+SECRETS_STORE_BIN := $(BIN)/drivers/secrets-store
+SECRETS_STORE_VERSION := v1.6.0
+
+.PHONY: drivers-bins-secrets-store
+drivers-bins-secrets-store: $(SECRETS_STORE_BIN)/secrets-store-csi-driver $(SECRETS_STORE_BIN)/secrets-store-e2e-provider ## Build secrets-store-csi-driver's node plugin and the matrix's provider (module test/drivers/secrets-store/tools; only when missing).
+
+$(SECRETS_STORE_BIN)/secrets-store-csi-driver:
+	cd test/drivers/secrets-store/tools && CGO_ENABLED=0 $(GO) build \
+	  -ldflags "-X sigs.k8s.io/secrets-store-csi-driver/pkg/version.BuildVersion=$(SECRETS_STORE_VERSION)" \
+	  -o $@ sigs.k8s.io/secrets-store-csi-driver/cmd/secrets-store-csi-driver
+
+$(SECRETS_STORE_BIN)/secrets-store-e2e-provider:
+	cd test/drivers/secrets-store/tools && $(GO) build -o $@ ./fakeprovider
+
+##@ Driver matrix: cert-manager csi-driver (test/drivers/cert-manager, docs/drivers.md)
+
+CERT_MANAGER_BIN := $(BIN)/drivers/cert-manager
+CERT_MANAGER_CSI_VERSION := v0.12.0
+
+.PHONY: drivers-bins-cert-manager
+drivers-bins-cert-manager: $(CERT_MANAGER_BIN)/cert-manager-csi-driver ## Build cert-manager's csi-driver node plugin (module test/drivers/cert-manager/tools; only when missing).
+
+$(CERT_MANAGER_BIN)/cert-manager-csi-driver:
+	cd test/drivers/cert-manager/tools && CGO_ENABLED=0 $(GO) build \
+	  -ldflags "-X github.com/cert-manager/csi-driver/internal/version.AppVersion=$(CERT_MANAGER_CSI_VERSION)" \
+	  -o $@ github.com/cert-manager/csi-driver/cmd

@@ -142,6 +142,10 @@ type Config struct {
 	// SELinux turns pods' SELinux options into the context= their PVs are
 	// mounted with; nil asks the host (selinux.Host).
 	SELinux selinux.Translator
+	// SELinuxMountReadWriteOncePodOnly, when set and true, mounts only
+	// ReadWriteOncePod PVs with an SELinux context, as the kubelet before
+	// 1.37 (populator.Config); nil mounts every access mode with one.
+	SELinuxMountReadWriteOncePodOnly func() bool
 	// Reconciler tunes the reconciler (workers, backoff); the wiring fields
 	// are filled in by the Manager. Reconciler.Ready, when set, is told of
 	// every pod whose volumes became ready, besides the Manager's metrics.
@@ -266,7 +270,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		NodeName: cfg.NodeName, RemoveTerminatingPods: cfg.RemoveTerminatingPods,
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
 		Node:                     in.node, SELinux: seLinux,
-		Published: publishedIn{world: m.world, whole: m.rebuilt}, Terminal: terminal,
+		SELinuxMountReadWriteOncePodOnly: cfg.SELinuxMountReadWriteOncePodOnly,
+		Published:                        publishedIn{world: m.world, whole: m.rebuilt}, Terminal: terminal,
 	}); err != nil {
 		return nil, errors.Join(err, m.mode.close())
 	}

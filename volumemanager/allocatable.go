@@ -44,11 +44,20 @@ func (vm *VolumeManager) newAllocatable() error {
 	return nil
 }
 
-// runAllocatable runs the refresher, if any, until ctx ends.
+// runAllocatable runs the refresher, if any, until ctx ends: once the API
+// server's version is known, and only if it lets a CSINode's allocatable
+// count change (kubeversion.Features.MutableCSINodeAllocatableCount, from
+// 1.35). Before, the count written at registration stays, as with the
+// kubelet of 1.34, and nothing writes what the API server would refuse
+// (detectServer has logged that once).
 func (vm *VolumeManager) runAllocatable(ctx context.Context) {
-	if vm.allocatable != nil {
-		vm.allocatable.Run(ctx)
+	if vm.allocatable == nil {
+		return
 	}
+	if f, ok := vm.serverFeatures(ctx); !ok || !f.MutableCSINodeAllocatableCount {
+		return
+	}
+	vm.allocatable.Run(ctx)
 }
 
 // attachLimits adapts the refresher to the lifecycle's AttachLimits.

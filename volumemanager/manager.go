@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/volume"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/apiauth"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/buildinfo"
+	"github.com/csi-volmgr/csi-volmgr/volumemanager/kubeversion"
 )
 
 // VolumeManager runs the CSI volume lifecycle of one node's pods: it finds
@@ -47,6 +49,11 @@ type VolumeManager struct {
 	node     *nodeKeeper
 	// allocatable refreshes the drivers' allocatable counts (cluster mode).
 	allocatable *nodeinfo.AllocatableRefresher
+	// features are the API server's, by its version (kubeversion): set
+	// once by detectServer before the lifecycle runs (cluster mode), the
+	// newest minor's in standalone mode. serverKnown is closed then.
+	features    atomic.Pointer[kubeversion.Features]
+	serverKnown chan struct{}
 	// standalone is the manifest source in standalone mode.
 	standalone *manifests.Source
 	// socket serves Handler on SocketPath; listener serves tcpHandler
@@ -93,7 +100,8 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 	if err := checkWritable(cfg.RootDir); err != nil {
 		return nil, err
 	}
-	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics(), runID: newRunID()}
+	vm := &VolumeManager{cfg: cfg, lock: lock, metrics: newMetricsRegistry(), csi: csiclient.NewMetrics(), runID: newRunID(),
+		serverKnown: make(chan struct{})}
 	vm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
 	vm.httpRefused = newHTTPRefused(vm.metrics)
 	if err := vm.newBackend(ctx); err != nil {
@@ -121,19 +129,23 @@ func New(ctx context.Context, cfg Config) (_ *VolumeManager, err error) {
 		WaitForContainersStopped: cfg.WaitForContainersStopped,
 		PodObserver:              vm.waiters,
 		Drivers:                  lifecycleDrivers{vm.registry}, Policies: vm.policies,
-		Registerer:            vm.metrics,
-		RemoveTerminatingPods: cfg.RemoveTerminatingPods,
-		CompletePodDeletion:   cfg.RegisterNode,
-		ClusterWideInformers:  cfg.ClusterWideInformers,
-		SettledObjectResync:   settledObjectResync(cfg.SettledObjectResync),
-		GetOnly:               cfg.NodeIdentity,
-		NodeKept:              cfg.RegisterNode,
-		ResyncPeriod:          cfg.ResyncPeriod,
-		Changes:               cfg.Changes,
-		Reconciler:            cfg.Tuning.Reconciler,
-		SELinux:               cfg.Tuning.SELinux,
+		Registerer:                       vm.metrics,
+		RemoveTerminatingPods:            cfg.RemoveTerminatingPods,
+		CompletePodDeletion:              cfg.RegisterNode,
+		ClusterWideInformers:             cfg.ClusterWideInformers,
+		SettledObjectResync:              settledObjectResync(cfg.SettledObjectResync),
+		GetOnly:                          cfg.NodeIdentity,
+		NodeKept:                         cfg.RegisterNode,
+		ResyncPeriod:                     cfg.ResyncPeriod,
+		Changes:                          cfg.Changes,
+		Reconciler:                       cfg.Tuning.Reconciler,
+		SELinux:                          cfg.Tuning.SELinux,
+		SELinuxMountReadWriteOncePodOnly: vm.seLinuxMountReadWriteOncePodOnly,
 	}
 	if vm.standalone != nil {
+		newest := kubeversion.Newest()
+		vm.features.Store(&newest)
+		close(vm.serverKnown)
 		lcfg.Standalone = vm.standalone
 	} else {
 		lcfg.Client, lcfg.ReportClient = cfg.KubeClient, cfg.ReportClient
@@ -254,6 +266,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	part("driver registry", func() error { return vm.registry.Run(driversCtx) })
 	part("volume lifecycle", func() error {
 		defer stopDrivers()
+		if vm.standalone == nil {
+			vm.detectServer(runCtx)
+		}
 		return vm.manager.Run(runCtx)
 	})
 	part("front endpoint", func() error { return vm.runFront(runCtx) })

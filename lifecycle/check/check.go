@@ -51,7 +51,8 @@ type Config struct {
 	// VolumeHandle is the filesystem volume to use when the driver has no
 	// controller service to create volumes with.
 	VolumeHandle string
-	// VolumeContext is the volume context that goes with VolumeHandle.
+	// VolumeContext is the volume context that goes with VolumeHandle (with
+	// Ephemeral, the inline volume's volumeAttributes).
 	VolumeContext map[string]string
 	// Secrets, when set, are the Secret every volume of the check names in
 	// its nodeStageSecretRef, nodePublishSecretRef and nodeExpandSecretRef:
@@ -60,6 +61,22 @@ type Config struct {
 	// They reach the crash scenarios' volume manager process on its stdin,
 	// never on a command line, and are in no report.
 	Secrets map[string]string
+	// Ephemeral checks CSI inline (ephemeral) volumes, as the kubelet
+	// publishes them for a driver whose CSIDriver has volumeLifecycleModes
+	// Ephemeral and podInfoOnMount: each is one pod's own (volume_id
+	// csi-<sha256 of the pod UID and volume name>), never created by the
+	// controller service, attached or staged, published with VolumeContext
+	// and the pod's information. The scenarios that share a volume between
+	// pods, keep its data across publishes, stage or expand it are skipped.
+	// For drivers that serve only inline volumes (secrets-store-csi-driver,
+	// cert-manager's csi-driver).
+	Ephemeral bool
+	// ReadOnly, with Ephemeral, publishes the inline volumes read-only (the
+	// pod's csi.readOnly: true), as drivers that serve only read-only
+	// volumes require (csi.cert-manager.io, secrets-store): the scenarios
+	// then check the files the driver put into the volume instead of
+	// writing their own, and those that need to write are skipped.
+	ReadOnly bool
 	// Scenario, when set, selects the scenarios whose name it matches.
 	Scenario *regexp.Regexp
 	// ScratchDir is where the scratch root is made; empty means the
@@ -83,6 +100,9 @@ type Config struct {
 func (c *Config) defaults() error {
 	if c.Endpoint == "" {
 		return errors.New("check: the node plugin's endpoint is required")
+	}
+	if c.ReadOnly && !c.Ephemeral {
+		return errors.New("check: read-only publishes are for inline volumes (Ephemeral) only")
 	}
 	if c.ControllerEndpoint == "" {
 		c.ControllerEndpoint = c.Endpoint

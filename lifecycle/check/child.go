@@ -37,6 +37,7 @@ type childSpec struct {
 	Policy         volume.Policy     `json:"policy"`
 	PublishContext map[string]string `json:"publishContext,omitempty"`
 	Pod            int               `json:"pod"`
+	ReadOnly       bool              `json:"readOnly,omitempty"`
 	// Secrets are Config.Secrets, on the child's stdin.
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// Steps are "stage", "publish" and "unpublish", in order.
@@ -92,6 +93,9 @@ func RunChild(ctx context.Context, in io.Reader, out io.Writer) int {
 		return 1
 	}
 	v := &vol{src: spec.Source, name: volume.PersistentName(spec.Source.Driver, spec.Source.Handle)}
+	if spec.Source.Inline {
+		v.name, v.readOnly = volume.InlineName(podUID(spec.Pod), specName), spec.ReadOnly
+	}
 	key, pv := pod(v, spec.Pod)
 	m := &manager{world: w, ops: ops}
 	for _, step := range spec.Steps {
@@ -134,7 +138,7 @@ func (s staticAttachment) Get(name string) (*storagev1.VolumeAttachment, error) 
 // process ended, for the report.
 func (r *run) crash(ctx context.Context, v *vol, i int, steps []string) (string, error) {
 	spec := childSpec{Root: r.root, Endpoint: r.cfg.Endpoint, Driver: r.driver, Timeout: r.cfg.Timeout,
-		Source: v.src, Policy: r.policy(), PublishContext: v.publishContext, Pod: i, Steps: steps, Secrets: r.cfg.Secrets}
+		Source: v.src, Policy: r.policy(), PublishContext: v.publishContext, Pod: i, ReadOnly: v.readOnly, Steps: steps, Secrets: r.cfg.Secrets}
 	cmd := r.cfg.Child(ctx)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

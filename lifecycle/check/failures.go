@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,7 +70,7 @@ func (r *run) crashAndRestart(ctx context.Context, steps ...string) (*manager, *
 	if err := reconstructInto(ctx, m); err != nil {
 		return nil, nil, err
 	}
-	if _, ok := m.world.Volume(v.name); !ok {
+	if _, ok := m.world.Volume(v.name); !ok && !v.src.Inline { // an inline volume has no stage to record
 		return nil, nil, errors.New("the restarted volume manager found no record of the stage")
 	}
 	return m, v, nil
@@ -107,13 +108,27 @@ func crashAfterUnpublish(ctx context.Context, r *run) error {
 }
 
 func driverRestart(ctx context.Context, r *run) error {
-	m, v, targets, err := r.setup(ctx, volume.Filesystem, 0, 1)
+	pods := []int{0, 1}
+	if r.cfg.Ephemeral {
+		pods = []int{0} // an inline volume is one pod's own
+	}
+	m, v, targets, err := r.setup(ctx, volume.Filesystem, pods...)
 	if err != nil {
 		return err
 	}
-	data := randomData(4096)
-	if err := writeData(targets[0], data); err != nil {
-		return fail("writing through pod-0's target", "a writable volume", err)
+	// What the pods must see after the repair: the data written through
+	// pod-0, or, in a read-only volume, the files the driver put there.
+	var data []byte
+	var files map[string]string
+	if v.readOnly {
+		if files, err = readTree(targets[0]); err != nil {
+			return fail("reading pod-0's read-only target", "the files the driver put into the volume", err)
+		}
+	} else {
+		data = randomData(4096)
+		if err := writeData(targets[0], data); err != nil {
+			return fail("writing through pod-0's target", "a writable volume", err)
+		}
 	}
 	start := time.Now()
 	if err := r.proc.kill(); err != nil {
@@ -123,7 +138,13 @@ func driverRestart(ctx context.Context, r *run) error {
 		return fail("restarting the driver", "the driver serving again", err)
 	}
 	r.rec.add(Call{Method: "(driver restart)", Code: "-", Duration: time.Since(start), Note: "SIGKILL, then --driver-command again"})
-	paths := append([]string{m.stagingPath(v)}, targets...)
+	if err := r.reconnected(ctx); err != nil {
+		return err
+	}
+	paths := targets
+	if sp := m.stagingPath(v); sp != "" {
+		paths = append([]string{sp}, targets...)
+	}
 	var broken []string
 	for _, p := range paths {
 		if _, err := os.Stat(p); err != nil {
@@ -133,15 +154,41 @@ func driverRestart(ctx context.Context, r *run) error {
 	if len(broken) > 0 {
 		r.rec.add(Call{Method: "(mount probe)", Code: "-", Note: "broken after the restart: " + strings.Join(broken, "; ")})
 	}
-	if err := repairMounts(ctx, r, m, v, []int{0, 1}); err != nil {
+	if err := repairMounts(ctx, r, m, v, pods); err != nil {
 		return err
 	}
 	for i, t := range targets {
+		if v.readOnly {
+			if what := sameTree(t, files); what != "" {
+				return fail(fmt.Sprintf("reading through pod-%d's read-only target after the repair", i), "the files the driver put into the volume before it restarted", what)
+			}
+			continue
+		}
 		if what := checkData(t, data); what != "" {
 			return fail(fmt.Sprintf("reading through pod-%d's target after the repair", i), "the data written before the driver restarted", what)
 		}
 	}
-	return r.teardownAll(ctx, m, v, 1, 0)
+	slices.Reverse(pods)
+	return r.teardownAll(ctx, m, v, pods...)
+}
+
+// reconnected waits until the driver answers GetPluginInfo again on the
+// check's connection, as the agent confirms a driver whose connection came
+// back before it probes its mounts (driver/registry): the first call after
+// a restart may meet the dead transport (Unavailable), which gRPC then
+// replaces.
+func (r *run) reconnected(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err := r.client.GetPluginInfo(ctx)
+		if err == nil {
+			return nil
+		}
+		if serr := sleep(ctx, 100*time.Millisecond); serr != nil {
+			return fail("the restarted driver", "GetPluginInfo to answer on the connection again within 30s", err)
+		}
+	}
 }
 
 // sleep waits d, or until ctx ends.

@@ -86,3 +86,47 @@ func statfsBytes(path string) (int64, error) {
 	}
 	return int64(st.Blocks) * st.Bsize, nil
 }
+
+// readTree reads every regular file below dir: path relative to dir ->
+// contents.
+func readTree(dir string) (map[string]string, error) {
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		files[rel] = string(b)
+		return nil
+	})
+	return files, err
+}
+
+// sameTree says how the files below dir differ from want, "" when they
+// do not.
+func sameTree(dir string, want map[string]string) string {
+	got, err := readTree(dir)
+	if err != nil {
+		return err.Error()
+	}
+	for name, contents := range want {
+		if g, ok := got[name]; !ok {
+			return name + " is gone"
+		} else if g != contents {
+			return name + " changed"
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			return name + " appeared"
+		}
+	}
+	return ""
+}

@@ -123,7 +123,10 @@ func repairMounts(ctx context.Context, r *run, m *manager, v *vol, pods []int) e
 // unusable lists the paths of v that cannot be used.
 func unusable(m *manager, v *vol, pods []int) []string {
 	var bad []string
-	paths := []string{m.stagingPath(v)}
+	var paths []string
+	if sp := m.stagingPath(v); sp != "" {
+		paths = append(paths, sp)
+	}
 	for _, i := range pods {
 		key, _ := pod(v, i)
 		if p, ok := m.world.Pod(key); ok {

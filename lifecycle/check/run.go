@@ -63,6 +63,8 @@ type vol struct {
 	// created and attached say what the check must undo.
 	created, attached bool
 	publishContext    map[string]string
+	// readOnly makes every pod's publish read-only (Config.ReadOnly).
+	readOnly bool
 }
 
 // manager is one volume manager: an actual state and operations over the
@@ -109,6 +111,11 @@ func (e *env) policy() volume.Policy {
 	p := volume.DefaultPolicy()
 	p.AttachRequired = e.hasController && e.ctrlCaps.PublishUnpublish()
 	p.FSGroupPolicy = storagev1.FileFSGroupPolicy
+	if e.cfg.Ephemeral {
+		p.AttachRequired = false
+		p.PodInfoOnMount = true
+		p.VolumeLifecycleModes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}
+	}
 	return p
 }
 
@@ -147,6 +154,9 @@ func (r *run) newVolume(ctx context.Context, access volume.AccessType) (*vol, er
 		c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 	} else {
 		c.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}
+	}
+	if r.cfg.Ephemeral {
+		return r.inlineVolume(access), nil
 	}
 	v := &vol{}
 	pvName := fmt.Sprintf("check-%s-%s", r.name, randomHex(4))
@@ -202,12 +212,40 @@ func (r *run) newVolume(ctx context.Context, access volume.AccessType) (*vol, er
 	return v, nil
 }
 
+// inlineVolume is pod-0's CSI inline volume, as the populator resolves one:
+// nothing to create or attach.
+func (r *run) inlineVolume(access volume.AccessType) *vol {
+	uid := podUID(0)
+	v := &vol{
+		src: volume.Source{
+			ID:          volume.ID{Driver: r.driver, Handle: volume.InlineHandle(uid, specName), AccessType: access},
+			Inline:      true,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Attributes:  maps.Clone(r.cfg.VolumeContext),
+		},
+		name:     volume.InlineName(uid, specName),
+		readOnly: r.cfg.ReadOnly,
+	}
+	r.mu.Lock()
+	r.vols = append(r.vols, v)
+	r.mu.Unlock()
+	return v
+}
+
+// specName is the name of the check's volume in its pods' specs.
+const specName = "data"
+
+// podUID is the UID of the check's i-th pod.
+func podUID(i int) types.UID {
+	return types.UID(fmt.Sprintf("c4ec0000-0000-4000-8000-%012d", i))
+}
+
 // pod returns the key and use of the i-th pod of v.
 func pod(v *vol, i int) (volume.PodKey, volume.PodVolume) {
-	uid := types.UID(fmt.Sprintf("c4ec0000-0000-4000-8000-%012d", i))
+	uid := podUID(i)
 	return volume.PodKey{Volume: v.name, Pod: uid},
 		volume.PodVolume{Pod: volume.PodInfo{UID: uid, Namespace: "csi-volmgr-check", Name: fmt.Sprintf("pod-%d", i), ServiceAccount: "default"},
-			SpecName: "data"}
+			SpecName: specName, ReadOnly: v.readOnly}
 }
 
 // stage runs WaitForAttach and Stage, as the reconciler's volume worker.
@@ -233,6 +271,9 @@ func (m *manager) target(key volume.PodKey) (string, error) {
 
 // stagingPath returns the volume's staging path.
 func (m *manager) stagingPath(v *vol) string {
+	if v.src.Inline {
+		return "" // never staged
+	}
 	st, err := m.ops.Layout().Staging(v.src.ID)
 	if err != nil {
 		return ""

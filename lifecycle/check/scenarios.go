@@ -36,7 +36,7 @@ const (
 
 func scenarios() []scenario {
 	fsVolume := func(e *env) string {
-		if !e.canCreate() && e.cfg.VolumeHandle == "" {
+		if !e.canCreate() && e.cfg.VolumeHandle == "" && !e.cfg.Ephemeral {
 			return "no volume: the driver offers no CREATE_DELETE_VOLUME controller capability and no --volume-handle was given"
 		}
 		return ""
@@ -59,6 +59,25 @@ func scenarios() []scenario {
 			return ""
 		}
 	}
+	// persistent skips a scenario that an inline volume cannot go through.
+	persistent := func(why string) func(e *env) string {
+		return func(e *env) string {
+			if e.cfg.Ephemeral {
+				return "an ephemeral inline volume (--ephemeral) " + why
+			}
+			return ""
+		}
+	}
+	const (
+		onePod      = "is one pod's own: no other pod publishes it"
+		neverStaged = "is never staged: the kubelet publishes it directly"
+	)
+	writable := func(e *env) string {
+		if e.cfg.ReadOnly {
+			return "the volumes are published read-only (--read-only): the scenario writes into the volume"
+		}
+		return ""
+	}
 	child := func(e *env) string {
 		if e.cfg.Child == nil {
 			return "no volume manager process can be started (check.Config.Child is not set)"
@@ -67,32 +86,35 @@ func scenarios() []scenario {
 	}
 	return []scenario{
 		{name: "publish-parallel", title: "stage once, publish to 3 pods in parallel, unpublish in reverse, unstage",
-			needs: fsVolume, run: publishParallel},
+			needs: all(persistent(onePod), fsVolume), run: publishParallel},
 		{name: "repeat-calls", title: "every call repeated as the kubelet repeats it: after a restart, after an answer lost",
 			needs: fsVolume, run: repeatCalls},
 		{name: "readonly-readwrite", title: "read-write and read-only publishes of one staged volume",
-			needs: fsVolume, run: readOnlyReadWrite},
+			needs: all(persistent(onePod), fsVolume), run: readOnlyReadWrite},
 		{name: "teardown-unmounted", title: "unpublish and unstage of paths no longer mounted",
 			needs: fsVolume, run: teardownUnmounted},
 		{name: "data-survives-republish", title: "data written survives unpublish, unstage, stage and publish",
-			needs: fsVolume, run: dataSurvives},
+			needs: all(persistent("lives as long as its pod's publish: its data is not meant to survive an unpublish"), fsVolume), run: dataSurvives},
 		{name: "block-two-pods", title: "block volume published to two pods: written through one, read through the other",
 			needs: func(e *env) string {
+				if e.cfg.Ephemeral {
+					return "an ephemeral inline volume (--ephemeral) is a filesystem volume: CSI inline volumes cannot be block volumes"
+				}
 				if !e.canCreate() {
 					return "no block volume: the driver offers no CREATE_DELETE_VOLUME controller capability"
 				}
 				return ""
 			}, run: blockTwoPods},
 		{name: "volume-mount-group", title: "volume_mount_group honoured: the pod's fsGroup owns the published volume",
-			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)), run: volumeMountGroup},
+			needs: all(fsVolume, writable, nodeCap(csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)), run: volumeMountGroup},
 		{name: "volume-stats", title: "NodeGetVolumeStats sane on a published volume, and following a write",
-			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_STATS)), run: volumeStats},
+			needs: all(fsVolume, writable, nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_STATS)), run: volumeStats},
 		{name: "expand-published", title: "NodeExpandVolume on a published volume: statfs then offers at least the size asked for",
-			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_EXPAND_VOLUME)), run: expandPublished},
+			needs: all(persistent("has no claim to resize: it is never expanded"), fsVolume, nodeCap(csi.NodeServiceCapability_RPC_EXPAND_VOLUME)), run: expandPublished},
 		{name: "uncertain-stage", title: "NodeStageVolume held past a short deadline (uncertain), then retried",
-			needs: all(fsVolume, nodeCap(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)), run: uncertainStage},
+			needs: all(persistent(neverStaged), fsVolume, nodeCap(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)), run: uncertainStage},
 		{name: "crash-after-stage", title: "volume manager SIGKILLed between stage and publish, the lifecycle completed from its records",
-			needs: all(fsVolume, child), run: crashAfterStage},
+			needs: all(persistent(neverStaged+": no stage to be killed after"), fsVolume, child), run: crashAfterStage},
 		{name: "crash-after-unpublish", title: "volume manager SIGKILLed between unpublish and unstage, the lifecycle completed from its records",
 			needs: all(fsVolume, child), run: crashAfterUnpublish},
 		{name: "driver-restart", title: "driver killed and restarted while published: mounts probed and repaired as the agent does",
@@ -203,7 +225,7 @@ func repeatCalls(ctx context.Context, r *run) error {
 	if err := r.unpublish(ctx, m, key, "unpublish repeated after its answer was lost"); err != nil {
 		return err
 	}
-	if r.nodeCaps.StageUnstage() {
+	if r.nodeCaps.StageUnstage() && !v.src.Inline {
 		r.rec.interfere("NodeUnstageVolume", loseAnswer)
 		if err := m.ops.Unstage(ctx, v.name); err == nil {
 			return errors.New("the unstage whose answer was lost did not fail")
@@ -254,6 +276,9 @@ func teardownUnmounted(ctx context.Context, r *run) error {
 	key, _ := pod(v, 0)
 	if err := r.unpublish(ctx, m, key, "unpublish of a target no longer mounted"); err != nil {
 		return err
+	}
+	if v.src.Inline {
+		return nil // never staged
 	}
 	if err := unmountAll(m.stagingPath(v)); err != nil {
 		return err

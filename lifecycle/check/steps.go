@@ -18,6 +18,9 @@ func (r *run) stage(ctx context.Context, m *manager, v *vol, fsGroup *int64, ste
 
 // stagedOnce checks that at most one mount is at the staging path.
 func (r *run) stagedOnce(m *manager, v *vol, step string) error {
+	if v.src.Inline {
+		return nil // never staged
+	}
 	if n, err := mountCount(m.stagingPath(v)); err != nil {
 		return err
 	} else if n > 1 {
@@ -62,6 +65,9 @@ func (r *run) unpublish(ctx context.Context, m *manager, key volume.PodKey, step
 }
 
 func (r *run) unstage(ctx context.Context, m *manager, v *vol, step string) error {
+	if v.src.Inline {
+		return nil // never staged
+	}
 	if err := m.ops.Unstage(ctx, v.name); err != nil {
 		return fail(step, expectUnstage, err)
 	}

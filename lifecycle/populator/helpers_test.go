@@ -62,6 +62,8 @@ type stackOptions struct {
 	watchNode bool
 	// seLinux is the populator's SELinux translator; nil for none.
 	seLinux selinux.Translator
+	// rwopOnly is the populator's SELinuxMountReadWriteOncePodOnly.
+	rwopOnly func() bool
 	// published is the populator's Published; nil treats every resolved
 	// volume as published.
 	published populator.PublishedVolumes
@@ -101,17 +103,18 @@ func startStack(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 		popSource = o.wrapSource(src)
 	}
 	pop, err := populator.New(populator.Config{
-		Node:                  nodeLabels,
-		Source:                popSource,
-		DesiredState:          store,
-		Policies:              policies,
-		NodeName:              o.node,
-		RemoveTerminatingPods: o.removeTerminating,
-		Clock:                 o.clock,
-		Workers:               o.workers,
-		SELinux:               o.seLinux,
-		Published:             o.published,
-		Terminal:              o.terminal,
+		Node:                             nodeLabels,
+		Source:                           popSource,
+		DesiredState:                     store,
+		Policies:                         policies,
+		NodeName:                         o.node,
+		RemoveTerminatingPods:            o.removeTerminating,
+		Clock:                            o.clock,
+		Workers:                          o.workers,
+		SELinux:                          o.seLinux,
+		SELinuxMountReadWriteOncePodOnly: o.rwopOnly,
+		Published:                        o.published,
+		Terminal:                         o.terminal,
 
 		WaitForContainersStopped: o.waitForContainersStopped,
 	})

@@ -64,6 +64,14 @@ type Config struct {
 	// are mounted with; nil mounts without one, as on a host without
 	// SELinux.
 	SELinux selinux.Translator
+	// SELinuxMountReadWriteOncePodOnly, when set and true, mounts only
+	// PVs whose one access mode is ReadWriteOncePod with an SELinux
+	// context, as the kubelet before 1.37 does (SELinuxMount off, only
+	// SELinuxMountReadWriteOncePod); nil or false mounts PVs of every
+	// access mode with one (SELinuxMount, GA in 1.37). It is asked at each
+	// resolution: the agent sets it from the API server's version before
+	// the first.
+	SELinuxMountReadWriteOncePodOnly func() bool
 	// Published tells which of the pods' volumes are published (or may
 	// be): a pod whose volume now resolves to another volume keeps the one
 	// it has only if it is published; one it was only about to get is

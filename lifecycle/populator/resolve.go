@@ -273,7 +273,7 @@ func (r *resolver) csiPV(spec string, pv *corev1.PersistentVolume, readOnly, mig
 	default:
 		pol := r.p.cfg.Policies.Get(csi.Driver)
 		name := volume.PersistentName(csi.Driver, csi.VolumeHandle)
-		context, err := r.seLinuxContext(spec, pol)
+		context, err := r.seLinuxContext(spec, pol, pv.Spec.AccessModes)
 		if err == nil {
 			err = r.seLinuxConflict(name, pv.Name, context, pol)
 		}

@@ -17,8 +17,11 @@ import (
 // mount the volume must agree on one label, an error otherwise; no label
 // when none of them has SELinux options, when the pod's
 // seLinuxChangePolicy is Recursive, or when the driver's CSIDriver has no
-// seLinuxMount. Inline volumes are never mounted with a context.
-func (r *resolver) seLinuxContext(spec string, pol volume.Policy) (string, error) {
+// seLinuxMount. Inline volumes are never mounted with a context. With
+// Config.SELinuxMountReadWriteOncePodOnly (an API server before 1.37),
+// only a PV whose one access mode is ReadWriteOncePod gets one, as the
+// kubelet's VolumeSupportsSELinuxMount decides without SELinuxMount.
+func (r *resolver) seLinuxContext(spec string, pol volume.Policy, modes []corev1.PersistentVolumeAccessMode) (string, error) {
 	t := r.p.cfg.SELinux
 	if t == nil || !t.Enabled() {
 		return "", nil
@@ -37,6 +40,8 @@ func (r *resolver) seLinuxContext(spec string, pol volume.Policy) (string, error
 			strings.Join(sets.List(labels), ", "))
 	case labels.Len() == 0, !pol.SELinuxMount:
 		return "", nil
+	case r.p.readWriteOncePodOnly() && (len(modes) != 1 || modes[0] != corev1.ReadWriteOncePod):
+		return "", nil
 	}
 	if sc := r.pod.Spec.SecurityContext; sc != nil && sc.SELinuxChangePolicy != nil &&
 		*sc.SELinuxChangePolicy == corev1.SELinuxChangePolicyRecursive {
@@ -44,6 +49,12 @@ func (r *resolver) seLinuxContext(spec string, pol volume.Policy) (string, error
 	}
 	l, _ := labels.PopAny()
 	return l, nil
+}
+
+// readWriteOncePodOnly tells whether only ReadWriteOncePod PVs are
+// mounted with an SELinux context (Config.SELinuxMountReadWriteOncePodOnly).
+func (p *Populator) readWriteOncePodOnly() bool {
+	return p.cfg.SELinuxMountReadWriteOncePodOnly != nil && p.cfg.SELinuxMountReadWriteOncePodOnly()
 }
 
 // seLinuxConflict checks that the other pods that use the volume agree on

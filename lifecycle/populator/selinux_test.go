@@ -94,6 +94,46 @@ func TestSELinuxContext(t *testing.T) {
 	}
 }
 
+// TestSELinuxContextBefore137: with an API server before 1.37 (the
+// agent's SELinuxMountReadWriteOncePodOnly), only a PV whose one access
+// mode is ReadWriteOncePod is mounted with the pod's label, as the kubelet
+// of 1.34 to 1.36 decides it by default (SELinuxMountReadWriteOncePod on,
+// SELinuxMount off); a PV of another access mode is mounted without one
+// and relabelled by the container runtime. With the newest minor (false),
+// every access mode gets it.
+func TestSELinuxContextBefore137(t *testing.T) {
+	modes := func(m ...corev1.PersistentVolumeAccessMode) func(*corev1.PersistentVolume) {
+		return func(pv *corev1.PersistentVolume) { pv.Spec.AccessModes = m }
+	}
+	for name, tc := range map[string]struct {
+		rwopOnly bool
+		pvOpt    func(*corev1.PersistentVolume)
+		want     string
+	}{
+		"ReadWriteOncePod before 1.37":              {rwopOnly: true, pvOpt: modes(corev1.ReadWriteOncePod), want: label("s0:c1,c2")},
+		"ReadWriteOnce before 1.37":                 {rwopOnly: true, pvOpt: modes(corev1.ReadWriteOnce), want: ""},
+		"ReadWriteMany before 1.37":                 {rwopOnly: true, pvOpt: modes(corev1.ReadWriteMany), want: ""},
+		"ReadWriteOncePod among others before 1.37": {rwopOnly: true, pvOpt: modes(corev1.ReadWriteOncePod, corev1.ReadWriteOnce), want: ""},
+		"ReadWriteOnce from 1.37":                   {rwopOnly: false, pvOpt: modes(corev1.ReadWriteOnce), want: label("s0:c1,c2")},
+		"ReadWriteMany from 1.37":                   {rwopOnly: false, pvOpt: modes(corev1.ReadWriteMany), want: label("s0:c1,c2")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			s := startStack(ctx, t, fakeClient(newPod("p", withClaim("data", "c1"), withLevel("s0:c1,c2")),
+				newPVC("c1", "pv1"), newPV("pv1", "c1", "h1", tc.pvOpt), seLinuxDriver(true)),
+				stackOptions{seLinux: selinux.Defaults{}, rwopOnly: func() bool { return tc.rwopOnly }})
+			u, ok := s.store.PodVolume(volume.PodKey{Volume: pvName("h1"), Pod: "uid-p"})
+			if !ok {
+				p, _ := s.store.Pod("uid-p")
+				t.Fatalf("volume not desired; errors %v", errorsOf(p))
+			}
+			if u.Source.SELinuxContext != tc.want {
+				t.Errorf("SELinux context = %q, want %q", u.Source.SELinuxContext, tc.want)
+			}
+		})
+	}
+}
+
 // TestSELinuxInlineVolumeHasNoContext: the kubelet mounts only PVs with a
 // context.
 func TestSELinuxInlineVolumeHasNoContext(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -53,10 +54,17 @@ func waitCSINodeCount(t *testing.T, f *k8stest.Fixture, driver string, want int3
 // and makes the agent ask the driver for its limit at once and write it to
 // the CSINode; with nodeAllocatableUpdatePeriodSeconds the count follows
 // the driver's limit periodically.
+//
+// Against an API server of 1.34 (make test-skew), which drops errorCode
+// and nodeAllocatableUpdatePeriodSeconds and keeps CSINode counts
+// immutable (MutableCSINodeAllocatableCount off by default), the agent
+// acts as the kubelet of 1.34: the pod's condition is AttachFailed with
+// the attacher's message, and the count written at registration stays.
 func TestAttachLimit(t *testing.T) {
 	t.Parallel()
 	f := k8stest.New(t)
 	f.CreateNode(t)
+	mutable := k8stest.ServerVersion(t, f.Client).Features().MutableCSINodeAllocatableCount
 	a := startAgent(t, f, agentOptions{})
 	driver := uniqueDriverName()
 	setCSIDriver := func(period *int64) {
@@ -98,6 +106,22 @@ func TestAttachLimit(t *testing.T) {
 	setAttachmentStatus(t, f, va, storagev1.VolumeAttachmentStatus{AttachError: &storagev1.VolumeError{
 		Time: metav1.Now(), Message: attacherMessage, ErrorCode: ptr.To(int32(codes.ResourceExhausted)),
 	}})
+	if !mutable {
+		waitReason(t, f, pod, status.ReasonAttachFailed, "node already has 2 volumes attached")
+		setCSIDriver(ptr.To[int64](1))
+		if d, err := f.Client.StorageV1().CSIDrivers().Get(t.Context(), driver, metav1.GetOptions{}); err != nil || d.Spec.NodeAllocatableUpdatePeriodSeconds != nil {
+			t.Errorf("CSIDriver %s: %v; want nodeAllocatableUpdatePeriodSeconds dropped by this API server", driver, err)
+		}
+		// Long enough for a periodic refresh and a limit refresh to have
+		// been written, were they made.
+		time.Sleep(3 * time.Second)
+		if got, err := csiNodeCount(t, f, driver); err != nil || got != 2 {
+			t.Errorf("CSINode allocatable count %d (%v), want the 2 written at registration", got, err)
+		}
+		setAttachmentStatus(t, f, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: controllerPublish(t, p, vol.ID)})
+		waitReady(t, f, pod)
+		return
+	}
 	waitReason(t, f, pod, status.ReasonVolumeAttachmentLimitExceeded, "node already has 2 volumes attached")
 	waitCSINodeCount(t, f, driver, 5)
 

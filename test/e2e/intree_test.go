@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -73,10 +74,13 @@ func TestInTreeEBSVolume(t *testing.T) {
 
 	// Every step of the translated volume is recorded as the kubelet
 	// records a migrated volume's: its CSI driver's plugin, migrated="true".
+	// The agent records a step once its CSI call has returned, which may
+	// be just after the plugin's journal shows the call: the last one is
+	// waited for.
 	for _, op := range []string{"verify_controller_attached_volume", "mount_device", "volume_mount", "volume_unmount", "unmount_device"} {
 		labels := map[string]string{"volume_plugin": "kubernetes.io/csi:" + ebsDriver, "operation_name": op, "status": "success", "migrated": "true"}
-		if m := a.metric(t, "storage_operation_duration_seconds", labels); m.GetHistogram().GetSampleCount() == 0 {
-			t.Errorf("storage_operation_duration_seconds%v has no sample", labels)
-		}
+		eventually(t, fmt.Sprintf("a sample of storage_operation_duration_seconds%v", labels), func() (bool, error) {
+			return a.metric(t, "storage_operation_duration_seconds", labels).GetHistogram().GetSampleCount() > 0, nil
+		})
 	}
 }
