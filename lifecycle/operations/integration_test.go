@@ -230,6 +230,60 @@ func TestRealPluginPublishesOverlap(t *testing.T) {
 	}
 }
 
+// TestRealPluginPublishesWithoutStageOneAtATime: a driver without
+// STAGE_UNSTAGE_VOLUME mounts the volume itself in NodePublishVolume (most
+// FUSE drivers), and relies on the kubelet's one mount step of a volume at a
+// time: the publishes of three pods, and their unpublishes, never overlap in
+// the plugin.
+func TestRealPluginPublishesWithoutStageOneAtATime(t *testing.T) {
+	caps := plugin.DefaultCapabilities()
+	caps.StageUnstage = false
+	ph := startPlugin(t, caps)
+	ctx := testContext(t)
+	src := ph.createVolume(t, "pv-serial", volume.Filesystem)
+	if err := ph.ops.Stage(ctx, volume.PersistentName(src.Driver, src.Handle), src, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ph.p.SetFaults(plugin.FaultRule{Method: "NodePublishVolume", Delay: 300 * time.Millisecond},
+		plugin.FaultRule{Method: "NodeUnpublishVolume", Delay: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	uids := []string{"uid-a", "uid-b", "uid-c"}
+	var chans []<-chan error
+	for _, uid := range uids {
+		pv := podVolume(uid, "pod")
+		pv.FSGroup = nil
+		chans = append(chans, goErr(func() error { return ph.ops.Publish(ctx, keyOf(src, uid), src, pv) }))
+	}
+	for _, ch := range chans {
+		if err := <-ch; err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	chans = nil
+	for _, uid := range uids {
+		chans = append(chans, goErr(func() error { return ph.ops.Unpublish(ctx, keyOf(src, uid)) }))
+	}
+	for _, ch := range chans {
+		if err := <-ch; err != nil {
+			t.Fatalf("Unpublish: %v", err)
+		}
+	}
+	for _, method := range []string{"NodePublishVolume", "NodeUnpublishVolume"} {
+		calls := ph.calls(t, method)
+		if len(calls) != 3 {
+			t.Fatalf("journal has %d calls of %s", len(calls), method)
+		}
+		for i := range calls {
+			for j := i + 1; j < len(calls); j++ {
+				if calls[i].Overlaps(calls[j]) {
+					t.Errorf("two %s calls of one volume ran at once, for a driver without STAGE_UNSTAGE_VOLUME: %+v and %+v", method, calls[i], calls[j])
+				}
+			}
+		}
+	}
+}
+
 func TestRealPluginBlockVolume(t *testing.T) {
 	ph := startPlugin(t, plugin.DefaultCapabilities())
 	ctx := testContext(t)

@@ -22,6 +22,8 @@ import (
 //     steps for different pods of a staged volume run in parallel (the
 //     kubelet serializes them); Publish and Unpublish also hold their
 //     PodKey's lock, so the same (volume, pod) never runs twice at once.
+//     Publish and Unpublish of a driver without STAGE_UNSTAGE_VOLUME, which
+//     mounts the volume itself there, hold it exclusively (mountsInPublish).
 //   - A waiting exclusive holder keeps new shared holders out, so a stage or
 //     unstage is not starved by a stream of publishes.
 //   - Locks are taken volume first, then pod; a wait ends early with the

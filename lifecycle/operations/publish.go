@@ -39,8 +39,9 @@ import (
 // (a final error on a first publish), the record and directories are
 // removed again and the pod's entry keeps only the error.
 //
-// Publishes of different pods of a volume run in parallel; a
-// ReadWriteOncePod volume's publishes run one at a time (see locks).
+// Publishes of different pods of a staged volume run in parallel; a
+// ReadWriteOncePod volume's publishes, and those of a driver without
+// STAGE_UNSTAGE_VOLUME, run one at a time (see locks and mountsInPublish).
 //
 // A filesystem volume with an SELinux context is published with
 // context="..." among its mount flags, and refused while the volume is
@@ -57,7 +58,7 @@ func (o *Operations) Publish(ctx context.Context, key volume.PodKey, src volume.
 		return err
 	}
 	rwop := isReadWriteOncePod(src.AccessModes)
-	unlock, err := o.locks.lockPod(ctx, key, rwop)
+	unlock, err := o.locks.lockPod(ctx, key, rwop || o.mountsInPublish(ctx, src.Driver, src.Inline))
 	if err != nil {
 		return err
 	}
@@ -202,7 +203,11 @@ func (o *Operations) Unpublish(ctx context.Context, key volume.PodKey) error {
 // for a container orchestrator's target path otherwise: the same locks,
 // calls and outcomes, with the caller's target and record location.
 func (o *Operations) unpublish(ctx context.Context, key volume.PodKey, callerTarget string) (err error) {
-	unlock, err := o.locks.lockPod(ctx, key, false)
+	exclusive := false
+	if v, ok := o.state.Volume(key.Volume); ok {
+		exclusive = o.mountsInPublish(ctx, v.Driver, key.Volume.IsInline())
+	}
+	unlock, err := o.locks.lockPod(ctx, key, exclusive)
 	if err != nil {
 		return err
 	}
@@ -441,4 +446,32 @@ func (s *publishStep) run(ctx context.Context, p publishPlan) error {
 	}
 	s.logger.V(2).Info("Published volume", "targetPath", p.site.Target)
 	return nil
+}
+
+// mountsInPublish says whether driver's NodePublishVolume of a persistent
+// volume is where the volume itself is mounted: a driver without
+// STAGE_UNSTAGE_VOLUME, such as most FUSE drivers (JuiceFS's in process
+// mode mounts the file system at a path of its own in NodePublishVolume and
+// binds it to the target). Such a driver relies on what the kubelet does —
+// one mount step of a volume at a time, across its pods (its MountVolume
+// operation key is the volume alone), as the CSI spec asks of a CO — and
+// races with itself otherwise: two mounts stacked at its path, one left
+// behind at the teardown. Their publishes and unpublishes then hold the
+// volume's lock exclusively. Once a volume is staged, a publish is a bind
+// mount of the staged volume and those of different pods run in parallel.
+// When the driver cannot be asked, the answer is yes: one at a time is
+// never wrong, only slower.
+func (o *Operations) mountsInPublish(ctx context.Context, driver string, inline bool) bool {
+	if inline {
+		return false // an inline volume is one pod's: its name holds the pod
+	}
+	client, err := o.driver(driver)
+	if err != nil {
+		return true
+	}
+	caps, err := client.NodeCapabilities(ctx)
+	if err != nil {
+		return true
+	}
+	return !caps.StageUnstage()
 }
