@@ -3,13 +3,8 @@ package drivertest
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
 )
@@ -25,8 +20,12 @@ type Recorder struct {
 
 // NewRecorder starts the record r of the driver, with the commit and machine filled in.
 func NewRecorder(t *testing.T, r driverresult.Result) *Recorder {
-	r.Commit = gitDescribe(t)
-	r.Machine = machine()
+	commit, err := driverresult.Commit(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Commit = commit
+	r.Machine = driverresult.Machine()
 	return &Recorder{t: t, R: r}
 }
 
@@ -75,20 +74,3 @@ func (rec *Recorder) Write(began time.Time) {
 
 // Seconds is d in seconds, to the millisecond.
 func Seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
-
-func gitDescribe(t *testing.T) string {
-	out, err := exec.CommandContext(t.Context(), "git", "describe", "--always", "--dirty").Output()
-	if err != nil {
-		t.Fatalf("git describe: %v", err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func machine() string {
-	var u unix.Utsname
-	kernel := "unknown kernel"
-	if unix.Uname(&u) == nil {
-		kernel = "Linux " + unix.ByteSliceToString(u.Release[:])
-	}
-	return fmt.Sprintf("%d cores, %s, %s", runtime.NumCPU(), kernel, runtime.Version())
-}

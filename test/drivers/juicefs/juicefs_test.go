@@ -10,12 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
 )
@@ -37,14 +34,18 @@ func TestJuiceFS(t *testing.T) {
 	}
 	bins := binDir(t)
 	start := time.Now()
+	commit, err := driverresult.Commit(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &driverresult.Result{
 		Name:    "juicefs",
 		Driver:  driverName,
 		Kind:    "fuse (by-process: juicefs mount in the node plugin's process tree)",
 		Module:  module,
 		Version: version,
-		Commit:  gitDescribe(),
-		Machine: machine(),
+		Commit:  commit,
+		Machine: driverresult.Machine(),
 		Settings: []string{
 			"`mountMode: process` (the node plugin's `--by-process=true`): the default mount-pod mode needs a kubelet on the node to run the mount pods; csi-volmgr runs no pods",
 			"`kubeletDir: /var/lib/csi-volmgr` (csi-volmgr's `--root-dir`): the node plugin's Bidirectional hostPath, mounted at the same path in its container",
@@ -166,23 +167,6 @@ func freePort(t *testing.T) int {
 func runCmd(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
-}
-
-func gitDescribe() string {
-	out, err := exec.Command("git", "describe", "--tags", "--always", "--dirty").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func machine() string {
-	var u unix.Utsname
-	kernel := "unknown kernel"
-	if err := unix.Uname(&u); err == nil {
-		kernel = "Linux " + unix.ByteSliceToString(u.Release[:])
-	}
-	return fmt.Sprintf("%d cores, %s, %s", runtime.NumCPU(), kernel, runtime.Version())
 }
 
 func lastLine(s string) string {
