@@ -11,8 +11,9 @@ import (
 )
 
 // Commit names csi-volmgr's commit a run tests: git describe, with "-dirty"
-// when a tracked file differs from it — other than the results that make
-// drivers itself writes into docs/drivers/results while it runs.
+// when a tracked file differs from it — other than what make drivers itself
+// writes while it runs: the results in docs/drivers/results and the table
+// rendered from them into docs/drivers.md.
 func Commit(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "git", "describe", "--tags", "--always").Output()
 	if err != nil {
@@ -20,7 +21,7 @@ func Commit(ctx context.Context) (string, error) {
 	}
 	commit := strings.TrimSpace(string(out))
 	changed, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no", "--",
-		":/", ":(exclude,top)docs/drivers/results").Output()
+		":/", ":(exclude,top)docs/drivers/results", ":(exclude,top)docs/drivers.md").Output()
 	if err != nil {
 		return "", fmt.Errorf("git status: %w", err)
 	}
