@@ -87,21 +87,18 @@ func runCheck(t *testing.T, r *driverresult.Result, bins string, fs *filesystem)
 		report.Version, strings.Join(report.NodeCapabilities, ", "), strings.Join(report.ControllerCapabilities, ", ")))
 }
 
-// formatRaceNote says what the runs found about parallel publishes of a file system the plugin has
-// not formatted yet, and whether this run met it.
+// formatRaceNote says how the publishes of one volume run with this driver, and whether this run
+// met the format race that parallel publishes cause.
 func formatRaceNote(report check.Report) string {
-	const race = "Parallel NodePublishVolume calls of one volume: csi-volmgr publishes the pods of a volume in parallel, " +
-		"which the kubelet does not (it serializes a CSI volume's mounts across pods) and the CSI spec asks a CO in general not to do " +
-		"(one call in flight per volume; a plugin SHOULD still handle it, with Aborted). The plugin in process mode has no lock per " +
-		"volume and relies on that serialization: every NodePublishVolume runs `juicefs format` and then `juicefs mount` at " +
-		"/var/lib/jfs/<volume>; in parallel, one format of a fresh file system fails with Internal (`Storage file:///... is not empty`), " +
-		"which csi-volmgr retries with backoff and which then succeeds, and two mounts end up stacked there, of which the plugin " +
-		"releases only one (the lifecycle's last step). check's publish-parallel, the first scenario on a fresh file system, fails " +
-		"when the format race happens"
+	const race = "Publishes of one volume: the plugin has no STAGE_UNSTAGE_VOLUME and no lock per volume; every " +
+		"NodePublishVolume runs `juicefs format` and then `juicefs mount` at /var/lib/jfs/<volume>, relying on the kubelet's one " +
+		"mount step of a CSI volume at a time. csi-volmgr runs the publishes and unpublishes of such a driver's volume one at a " +
+		"time too (since c7f7e24; before, in parallel: a format of a fresh file system failed with Internal, `Storage " +
+		"file:///... is not empty`, and two mounts ended up stacked there, one left behind with its juicefs process)"
 	for _, res := range report.Results {
 		if res.Name == "publish-parallel" && res.Status == check.Fail && strings.Contains(res.Got, "format error") {
-			return race + " — as in this run."
+			return race + " — yet this run met the format race in publish-parallel: a regression."
 		}
 	}
-	return race + " — not in this run, in earlier ones."
+	return race + "."
 }

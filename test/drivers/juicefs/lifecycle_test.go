@@ -163,8 +163,9 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 	}) {
 		return
 	}
-	// Two pods of the claim, created at once: the agent publishes them in parallel (the kubelet
-	// would one after the other), on a file system the node plugin has not formatted yet.
+	// Two pods of the claim, created at once, on a file system the node plugin has not formatted
+	// yet: the agent publishes them one after the other, as the kubelet, for a driver without
+	// STAGE_UNSTAGE_VOLUME.
 	var pods []*corev1.Pod
 	var targets []string
 	for _, name := range []string{"app-0", "app-1"} {
@@ -176,7 +177,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 		targets = append(targets, filepath.Join(a.RootDir, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pvName, "mount"))
 	}
 	target := targets[0]
-	if !step(t, steps, "two pods of the claim on the agent's Node: VolumesReady (the Secret read as the Node, NodePublishVolume in parallel)", func() error {
+	if !step(t, steps, "two pods of the claim on the agent's Node: VolumesReady (the Secret read as the Node, one NodePublishVolume of the volume at a time)", func() error {
 		for i, pod := range pods {
 			if err := poll(ctx, func(ctx context.Context) (bool, error) {
 				p, err := admin.CoreV1().Pods(appNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -207,7 +208,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 	if evs, err := admin.CoreV1().Events(appNamespace).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, ev := range evs.Items {
 			if ev.Reason == "FailedMount" && strings.Contains(ev.Message, "format error") {
-				r.Notes = append(r.Notes, fmt.Sprintf("In this run's lifecycle the parallel publishes of the two pods met the driver's format race "+
+				r.Notes = append(r.Notes, fmt.Sprintf("In this run's lifecycle the publishes of the two pods met the driver's format race, which only parallel publishes cause "+
 					"(a FailedMount Event on %s: %q); the agent published again with backoff and both pods became ready.", ev.InvolvedObject.Name, tail(ev.Message, 200)))
 				break
 			}
@@ -271,8 +272,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 				if ev.Reason == "FailedMount" && strings.Contains(ev.Message, "unpublishing the broken mount") && strings.Contains(ev.Message, "Could not unmount") {
 					r.Notes = append(r.Notes, "In this run's repair a NodeUnpublishVolume of one pod's dead target failed (FailedMount Event: \"could not unmount ... not mounted\"): "+
 						"driver defect — after its restart the plugin's own mount of the volume is gone, so the only other mount of the dead target's device is the other pod's target, "+
-						"which NodeUnpublishVolume then unmounts as if it were its own mount of the volume (JUmount unmounts a single remaining reference); the two repairs run in parallel "+
-						"(csi-volmgr's parallel publishes, above). The agent published both again with backoff; both pods' paths work again (the step's time includes the retries).")
+						"which NodeUnpublishVolume then unmounts as if it were its own mount of the volume (JUmount unmounts a single remaining reference). The agent published both again with backoff; both pods' paths work again (the step's time includes the retries).")
 					break
 				}
 			}
@@ -331,11 +331,10 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 			problems = append(problems, fmt.Sprintf("juicefs processes still running: %v", pids))
 		}
 		if len(problems) > 0 {
-			return fmt.Errorf("%s. Cause: csi-volmgr published the two pods' volume in parallel (the repair after the restart), "+
-				"which the kubelet does not do (it serializes a CSI volume's mounts across pods) and the CSI spec asks a CO in general "+
-				"not to do (one call in flight per volume); the plugin in process mode has no lock per volume: both calls found "+
-				"/var/lib/jfs/<volume> not mounted and each ran juicefs mount there, two stacked mounts, and NodeUnpublishVolume "+
-				"released only the top one (see the notes)", strings.Join(problems, "; "))
+			return fmt.Errorf("%s. The plugin in process mode has no lock per volume: two NodePublishVolume calls of the volume "+
+				"at once both find /var/lib/jfs/<volume> not mounted and each runs juicefs mount there, and NodeUnpublishVolume "+
+				"releases only the top one; csi-volmgr runs them one at a time for a driver without STAGE_UNSTAGE_VOLUME, as the "+
+				"kubelet (see the notes)", strings.Join(problems, "; "))
 		}
 		return nil
 	})
