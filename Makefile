@@ -522,3 +522,18 @@ $(CERT_MANAGER_BIN)/cert-manager-csi-driver:
 	cd test/drivers/cert-manager/tools && CGO_ENABLED=0 $(GO) build \
 	  -ldflags "-X github.com/cert-manager/csi-driver/internal/version.AppVersion=$(CERT_MANAGER_CSI_VERSION)" \
 	  -o $@ github.com/cert-manager/csi-driver/cmd
+
+##@ Driver matrix: TopoLVM (test/drivers/topolvm, docs/drivers.md)
+
+# Not in DRIVERS: TopoLVM needs a kernel with device-mapper, which these machines lack; run
+# `make drivers DRIVERS=topolvm` where /proc/misc lists device-mapper.
+
+TOPOLVM_BIN := $(BIN)/drivers/topolvm
+
+.PHONY: drivers-bins-topolvm
+drivers-bins-topolvm: $(TOPOLVM_BIN)/hypertopolvm ## Build TopoLVM v0.38.0's hypertopolvm (topolvm-node, topolvm-controller, lvmd; module test/drivers/topolvm/tools; only when missing) and install Debian's lvm2 when lvm is missing.
+	@command -v lvm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lvm2; }
+
+# GONOSUMDB: the checksum database does not answer for github.com/topolvm here; go.sum pins it.
+$(TOPOLVM_BIN)/hypertopolvm:
+	cd test/drivers/topolvm/tools && GONOSUMDB=github.com/topolvm CGO_ENABLED=0 $(GO) build -o $@ github.com/topolvm/topolvm/cmd/hypertopolvm

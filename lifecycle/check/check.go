@@ -212,11 +212,15 @@ type env struct {
 	root string
 	proc *driverProc
 
-	client, ctrl  *csiclient.Client
-	rec           *recorder
-	driver        string
-	version       string
-	nodeID        string
+	client, ctrl *csiclient.Client
+	rec          *recorder
+	driver       string
+	version      string
+	nodeID       string
+	// topology is NodeGetInfo's accessible topology; constrained says the plugin has
+	// VOLUME_ACCESSIBILITY_CONSTRAINTS: CreateVolume then requires the node's topology.
+	topology      *csi.Topology
+	constrained   bool
 	nodeCaps      csiclient.NodeCapabilities
 	hasController bool
 	ctrlCaps      csiclient.ControllerCapabilities
@@ -252,6 +256,7 @@ func (e *env) connect(ctx context.Context) error {
 		return fmt.Errorf("NodeGetInfo: %w", err)
 	}
 	e.nodeID = ni.GetNodeId()
+	e.topology = ni.GetAccessibleTopology()
 	e.ctrl = e.client
 	if e.cfg.ControllerEndpoint != e.cfg.Endpoint {
 		if e.ctrl, err = csiclient.New(cctx, csiclient.Config{DriverName: e.driver, Endpoint: e.cfg.ControllerEndpoint, Timeout: timeout}); err != nil {
@@ -268,6 +273,7 @@ func (e *env) connect(ctx context.Context) error {
 	if !hasControllerService(plugCaps) {
 		return nil
 	}
+	e.constrained = hasAccessibilityConstraints(plugCaps)
 	resp, err := e.ctrl.Controller().ControllerGetCapabilities(cctx, &csi.ControllerGetCapabilitiesRequest{})
 	if err == nil {
 		e.hasController = true
@@ -290,6 +296,26 @@ func hasControllerService(resp *csi.GetPluginCapabilitiesResponse) bool {
 		}
 	}
 	return false
+}
+
+func hasAccessibilityConstraints(resp *csi.GetPluginCapabilitiesResponse) bool {
+	for _, c := range resp.GetCapabilities() {
+		if c.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
+			return true
+		}
+	}
+	return false
+}
+
+// accessibility is CreateVolume's accessibility requirements: the node's topology, requisite and
+// preferred, as the external-provisioner asks for the node a pod was scheduled to (a
+// WaitForFirstConsumer claim), when the plugin has VOLUME_ACCESSIBILITY_CONSTRAINTS. A
+// node-local driver (TopoLVM) must create the check's volumes on the node under check.
+func (e *env) accessibility() *csi.TopologyRequirement {
+	if !e.constrained || len(e.topology.GetSegments()) == 0 {
+		return nil
+	}
+	return &csi.TopologyRequirement{Requisite: []*csi.Topology{e.topology}, Preferred: []*csi.Topology{e.topology}}
 }
 
 // canCreate says whether the check creates its volumes itself.

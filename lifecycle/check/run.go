@@ -165,7 +165,8 @@ func (r *run) newVolume(ctx context.Context, access volume.AccessType) (*vol, er
 		start := time.Now()
 		resp, err := r.ctrl.Controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
 			Name: pvName, VolumeCapabilities: []*csi.VolumeCapability{c}, Parameters: r.cfg.Params,
-			CapacityRange: &csi.CapacityRange{RequiredBytes: r.cfg.VolumeSize},
+			CapacityRange:             &csi.CapacityRange{RequiredBytes: r.cfg.VolumeSize},
+			AccessibilityRequirements: r.accessibility(),
 		})
 		r.rec.controller("CreateVolume", start, err)
 		if access == volume.Block && status.Code(err) == codes.InvalidArgument {

@@ -58,6 +58,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
+	if len(s.d.cfg.Topology) > 0 && req.GetAccessibilityRequirements() == nil && s.d.faults.requireAccessibility(ctx) {
+		return nil, status.Error(codes.Internal, "can not find any node: no accessibility requirements")
+	}
 	if err := s.checkAccessibility(req.GetAccessibilityRequirements()); err != nil {
 		return nil, err
 	}

@@ -170,6 +170,10 @@ type FaultConfig struct {
 	// JuiceFS CSI driver needs metaurl, name, storage and bucket): a call without one of them fails
 	// with InvalidArgument naming the missing key, never its value.
 	RequireNodeSecrets []string `json:"requireNodeSecrets,omitempty"`
+	// RequireAccessibility makes CreateVolume of a plugin with a Topology fail (Internal, "can not
+	// find any node") when its request has no accessibility requirements, as TopoLVM's controller
+	// does: a node-local volume is created on the node the CO names, never on one it guesses.
+	RequireAccessibility bool `json:"requireAccessibility,omitempty"`
 	// FilesystemOnly makes CreateVolume refuse block volumes (InvalidArgument), as filesystem-only
 	// drivers (JuiceFS, NFS, the FUSE drivers) do.
 	FilesystemOnly bool `json:"filesystemOnly,omitempty"`
@@ -236,6 +240,7 @@ type faultInjector struct {
 	strict     bool
 	secrets    []string
 	fsOnly     bool
+	needTopo   bool
 	// key is the hash of the control file content; fired counts are kept per key.
 	key   string
 	fired []int
@@ -344,7 +349,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	if f.loaded && bytes.Equal(data, f.content) {
 		return
 	}
-	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict, f.secrets, f.fsOnly = true, data, nil, nil, nil, nil, nil, false, nil, false
+	f.loaded, f.content, f.rules, f.fired, f.health, f.maxVolumes, f.bugs, f.strict, f.secrets, f.fsOnly, f.needTopo = true, data, nil, nil, nil, nil, nil, false, nil, false, false
 	if len(data) == 0 {
 		return
 	}
@@ -361,6 +366,7 @@ func (f *faultInjector) reloadLocked(ctx context.Context) {
 	f.key = hex.EncodeToString(sum[:])
 	f.rules = cfg.Rules
 	f.health, f.maxVolumes, f.bugs, f.strict, f.secrets, f.fsOnly = cfg.VolumeHealth, cfg.MaxVolumesPerNode, cfg.Bugs, cfg.Strict, cfg.RequireNodeSecrets, cfg.FilesystemOnly
+	f.needTopo = cfg.RequireAccessibility
 	f.fired = make([]int, len(cfg.Rules))
 	if counts, err := f.loadCounts(); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to load fault counts")
@@ -471,4 +477,15 @@ func (f *faultInjector) filesystemOnly(ctx context.Context) bool {
 	defer f.mu.Unlock()
 	f.reloadLocked(ctx)
 	return f.fsOnly
+}
+
+// requireAccessibility says whether the control file sets RequireAccessibility.
+func (f *faultInjector) requireAccessibility(ctx context.Context) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadLocked(ctx)
+	return f.needTopo
 }
