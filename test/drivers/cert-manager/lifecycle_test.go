@@ -24,7 +24,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
-	"github.com/csi-volmgr/csi-volmgr/volumemanager"
 )
 
 const volumesReady corev1.PodConditionType = "csi-volmgr.io/VolumesReady"
@@ -57,23 +56,11 @@ func runLifecycle(t *testing.T, rec *drivertest.Recorder, m *matrix) {
 
 func (l *lifecycle) start() error {
 	t, m := l.t, l.m
-	nodeCfg, err := m.env.NodeConfig(l.node)
+	a, err := drivertest.AgentAsNode(t, m.env, l.node, 5, "--republish-period="+republishPeriod.String())
 	if err != nil {
 		return err
 	}
-	l.agent = agenttest.New(t, agenttest.Options{
-		KubeConfig: drivertest.CertKubeconfig(t, m.env.Config, nodeCfg),
-		NodeName:   l.node,
-		Verbosity:  5,
-		ExtraArgs:  []string{"--node-identity", "--register-node", "--republish-period=" + republishPeriod.String()},
-	})
-	pki := filepath.Join(l.agent.RootDir, "pki")
-	if err := os.MkdirAll(pki, 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(pki, "csi-volmgr-client-current.pem"), append(append([]byte{}, nodeCfg.CertData...), nodeCfg.KeyData...), 0o600); err != nil {
-		return err
-	}
+	l.agent = a
 	// The driver's data directory (the chart's csiDataDir), where it mounts its tmpfs: outside
 	// the agent's root, unmounted when the test ends.
 	l.dataRoot = filepath.Join(m.dir, "csi-data-dir")
@@ -88,18 +75,7 @@ func (l *lifecycle) start() error {
 	if err := l.agent.Start(t.Context()); err != nil {
 		return err
 	}
-	return l.poll("the driver in the Node's CSINode", func(ctx context.Context) (bool, error) {
-		cn, err := m.env.Client.StorageV1().CSINodes().Get(ctx, l.node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, d := range cn.Spec.Drivers {
-			if d.Name == driverName {
-				return d.NodeID == l.node, nil
-			}
-		}
-		return false, nil
-	})
+	return l.poll("the driver in the Node's CSINode", drivertest.DriverInCSINode(m.env.Client, l.node, driverName, l.node))
 }
 
 func (l *lifecycle) podReady() error {
@@ -349,21 +325,8 @@ func (l *lifecycle) teardown() error {
 	}); err != nil {
 		return err
 	}
-	left, err := agenttest.MountsBelow(l.agent.RootDir)
-	if err != nil {
+	if err := drivertest.NothingLeft(l.agent, l.poll); err != nil {
 		return err
-	}
-	if len(left) > 0 {
-		return fmt.Errorf("mounts left below the agent's root: %v", left)
-	}
-	// The volume's entry goes once the volume worker forgets it (an inline volume has nothing to
-	// unstage), after the populator settled.
-	var vols []volumemanager.VolumeStatus
-	if err := l.poll("the agent to report no volume", func(ctx context.Context) (bool, error) {
-		vols, err = l.agent.Volumes(ctx)
-		return err == nil && len(vols) == 0, err
-	}); err != nil {
-		return fmt.Errorf("%w: it reports %+v", err, vols)
 	}
 	if _, err := l.podToken(); err == nil {
 		return errors.New("the driver's data directory still holds the volume's metadata")

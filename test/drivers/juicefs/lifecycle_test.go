@@ -22,14 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
+	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/test/plugin"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
@@ -83,16 +81,8 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 
 	// The agent as its Node: a client certificate of system:node:<node> in its --cert-dir, as
 	// --node-identity keeps it after the CSR flow (test/identity runs that flow itself).
-	nodeCfg, err := env.NodeConfig(node)
+	a, err := drivertest.AgentAsNode(t, env, node, 0, "--node-taints=")
 	if err != nil {
-		t.Fatal(err)
-	}
-	a := agenttest.New(t, agenttest.Options{KubeConfig: kubeconfig(t, nodeCfg), NodeName: node,
-		ExtraArgs: []string{"--node-identity", "--register-node", "--node-taints="}})
-	if err := os.MkdirAll(filepath.Join(a.RootDir, "pki"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(a.RootDir, "pki", "csi-volmgr-client-current.pem"), append(append([]byte{}, nodeCfg.CertData...), nodeCfg.KeyData...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -442,19 +432,6 @@ func startRegistrar(t *testing.T, regDir, endpoint string) {
 	registerapi.RegisterRegistrationServer(srv, plugin.NewRegistrationServer(driverName, endpoint))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-}
-
-func kubeconfig(t *testing.T, cfg *rest.Config) []byte {
-	c := clientcmdapi.NewConfig()
-	c.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	c.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	c.CurrentContext = "c"
-	b, err := clientcmd.Write(*c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func k8sBinDir(t *testing.T) string {

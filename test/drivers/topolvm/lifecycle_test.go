@@ -83,23 +83,11 @@ func (l *lifecycle) start() error {
 		"--kubeconfig="+m.kubeconfig, "--leader-elect=false", "--secure-port=0",
 		"--controllers=persistentvolume-binder-controller")
 	_ = kcm
-	nodeCfg, err := m.env.NodeConfig(l.node)
+	a, err := drivertest.AgentAsNode(t, m.env, l.node, 4, "--node-taints=")
 	if err != nil {
 		return err
 	}
-	l.agent = agenttest.New(t, agenttest.Options{
-		KubeConfig: drivertest.CertKubeconfig(t, m.env.Config, nodeCfg),
-		NodeName:   l.node,
-		Verbosity:  4,
-		ExtraArgs:  []string{"--node-identity", "--register-node", "--node-taints="},
-	})
-	pki := filepath.Join(l.agent.RootDir, "pki")
-	if err := os.MkdirAll(pki, 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(pki, "csi-volmgr-client-current.pem"), append(append([]byte{}, nodeCfg.CertData...), nodeCfg.KeyData...), 0o600); err != nil {
-		return err
-	}
+	l.agent = a
 	sock := filepath.Join(l.agent.RootDir, "plugins", driverName, "node", "csi-topolvm.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o750); err != nil {
 		return err
@@ -119,18 +107,7 @@ func (l *lifecycle) start() error {
 	env := append([]string{"NODE_NAME=" + l.node}, m.nodeEnv()[1:]...)
 	l.driver = drivertest.StartProc(t, m.dir, "topolvm-node", drivertest.Binary(t, binDir, "hypertopolvm"), env,
 		nodeFlags(sock, m.lvmdConfig)...)
-	return l.poll("the driver in the Node's CSINode", func(ctx context.Context) (bool, error) {
-		cn, err := m.env.Client.StorageV1().CSINodes().Get(ctx, l.node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, d := range cn.Spec.Drivers {
-			if d.Name == driverName {
-				return d.NodeID == l.node, nil
-			}
-		}
-		return false, nil
-	})
+	return l.poll("the driver in the Node's CSINode", drivertest.DriverInCSINode(m.env.Client, l.node, driverName, l.node))
 }
 
 // createVolumes creates the LogicalVolumes as topolvm-controller's CreateVolume does, on the
@@ -416,18 +393,8 @@ func (l *lifecycle) teardown() error {
 			return err
 		}
 	}
-	if err := l.poll("the agent to report no volume", func(ctx context.Context) (bool, error) {
-		vols, err := l.agent.Volumes(ctx)
-		return err == nil && len(vols) == 0, nil
-	}); err != nil {
+	if err := drivertest.NothingLeft(l.agent, l.poll); err != nil {
 		return err
-	}
-	left, err := agenttest.MountsBelow(l.agent.RootDir)
-	if err != nil {
-		return err
-	}
-	if len(left) > 0 {
-		return fmt.Errorf("mounts left below the agent's root: %v", left)
 	}
 	var links []string
 	_ = filepath.WalkDir(filepath.Join(l.agent.RootDir, "plugins", "kubernetes.io", "csi", "volumeDevices"), func(p string, d os.DirEntry, err error) error {
