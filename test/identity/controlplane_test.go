@@ -67,41 +67,17 @@ type controlPlane struct {
 // approver is set up but not started (startApprover).
 func startControlPlane(t *testing.T) *controlPlane {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "identity-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	dir := k8stest.KeptDir(t, "identity-e2e")
 	cp := &controlPlane{dir: dir, auditLog: filepath.Join(dir, "audit.log")}
 	policy := filepath.Join(dir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cp.env, err = k8stest.Start(k8stest.Options{
-		NodeClientSigner: true,
-		APIServerFlags: map[string][]string{
-			// As kubeadm and kind run it.
-			"authorization-mode":       {"Node,RBAC"},
-			"enable-admission-plugins": {"NodeRestriction"},
-			"audit-policy-file":        {policy},
-			"audit-log-path":           {cp.auditLog},
-			"audit-log-format":         {"json"},
-			"audit-log-mode":           {"blocking"},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.env.Stop(); err != nil {
-			t.Error(err)
-		}
+	cp.env = k8stest.StartNodeRestricted(t, map[string][]string{
+		"audit-policy-file": {policy},
+		"audit-log-path":    {cp.auditLog},
+		"audit-log-format":  {"json"},
+		"audit-log-mode":    {"blocking"},
 	})
 	t.Logf("etcd and kube-apiserver (Node,RBAC; NodeRestriction) ready after %v", cp.env.StartupDuration.Round(time.Millisecond))
 

@@ -51,40 +51,17 @@ type matrix struct {
 // driver's RBAC and CSIDriver as its chart renders them, and starts the signer.
 func startMatrix(t *testing.T) *matrix {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "drivers-cert-manager-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	dir := k8stest.KeptDir(t, "drivers-cert-manager-")
 	m := &matrix{dir: dir, auditLog: filepath.Join(dir, "audit.log")}
 	policy := filepath.Join(dir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m.env, err = k8stest.Start(k8stest.Options{
-		NodeClientSigner: true,
-		APIServerFlags: map[string][]string{
-			"authorization-mode":       {"Node,RBAC"},
-			"enable-admission-plugins": {"NodeRestriction"},
-			"audit-policy-file":        {policy},
-			"audit-log-path":           {m.auditLog},
-			"audit-log-format":         {"json"},
-			"audit-log-mode":           {"blocking"},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.env.Stop(); err != nil {
-			t.Error(err)
-		}
+	m.env = k8stest.StartNodeRestricted(t, map[string][]string{
+		"audit-policy-file": {policy},
+		"audit-log-path":    {m.auditLog},
+		"audit-log-format":  {"json"},
+		"audit-log-mode":    {"blocking"},
 	})
 	ctx := t.Context()
 	a := drivertest.NewApplier(t, m.env.Config)

@@ -37,32 +37,8 @@ type matrix struct {
 // CSIDriver and RBAC from its module.
 func startMatrix(t *testing.T) *matrix {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "drivers-secrets-store-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	env, err := k8stest.Start(k8stest.Options{
-		NodeClientSigner: true,
-		APIServerFlags: map[string][]string{
-			"authorization-mode":       {"Node,RBAC"},
-			"enable-admission-plugins": {"NodeRestriction"},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	dir := k8stest.KeptDir(t, "drivers-secrets-store-")
+	env := k8stest.StartNodeRestricted(t, nil)
 	m := &matrix{env: env, dir: dir, providerRecord: filepath.Join(dir, "provider-mounts.jsonl")}
 	admin := filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(admin, env.KubeConfig, 0o600); err != nil {

@@ -334,7 +334,6 @@ func (l *lifecycle) driverRestart() error {
 		return err
 	}
 	<-l.driver.Exited()
-	time.Sleep(2 * time.Second)
 	if err := l.driver.Restart(l.t.Context()); err != nil {
 		return err
 	}

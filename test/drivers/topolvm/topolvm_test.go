@@ -101,17 +101,7 @@ type matrix struct {
 // plugin serves, and starts topolvm-controller.
 func startMatrix(t *testing.T) *matrix {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "drivers-topolvm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	dir := k8stest.KeptDir(t, "drivers-topolvm-")
 	m := &matrix{dir: dir, node: "topolvm-node-0"}
 	m.vg = makeVolumeGroup(t, dir)
 	m.lvmdConfig = filepath.Join(dir, "lvmd.yaml")
@@ -122,21 +112,7 @@ func startMatrix(t *testing.T) *matrix {
 	}
 
 	// Node,RBAC authorization and NodeRestriction: the agent runs as its Node.
-	m.env, err = k8stest.Start(k8stest.Options{
-		NodeClientSigner: true,
-		APIServerFlags: map[string][]string{
-			"authorization-mode":       {"Node,RBAC"},
-			"enable-admission-plugins": {"NodeRestriction"},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	m.env = k8stest.StartNodeRestricted(t, nil)
 	ctx := t.Context()
 	a := drivertest.NewApplier(t, m.env.Config)
 	crd := filepath.Join(drivertest.ModuleDir(t, toolsDir, driverModule), "config", "crd", "bases", "topolvm.io_logicalvolumes.yaml")
