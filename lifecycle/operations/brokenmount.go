@@ -170,13 +170,11 @@ func (o *Operations) noLongerMounted(path string) error {
 	if err := o.statBroken(path); err != nil {
 		return fmt.Errorf("%s: %w (%w)", path, ErrBrokenMountStays, err)
 	}
-	mounted, err := o.mounts.IsMountPoint(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("checking whether %s is a mount point: %w", path, err)
-	case mounted:
+	mounted, err := mountedAt(o.mounts, path)
+	if err != nil {
+		return err
+	}
+	if mounted {
 		return fmt.Errorf("%s: %w", path, ErrBrokenMountStays)
 	}
 	return nil

@@ -57,16 +57,26 @@ func (t *tree) removeMountPoint(path string) error {
 // belongs to a container orchestrator and is never removed here, is still a
 // mount point; a missing path is fine.
 func (t *tree) checkUnmounted(path string) error {
-	mounted, err := t.mounts.IsMountPoint(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("checking whether %s is a mount point: %w", path, err)
-	case mounted:
+	mounted, err := mountedAt(t.mounts, path)
+	if err != nil {
+		return err
+	}
+	if mounted {
 		return fmt.Errorf("%s is %w", path, ErrStillMounted)
 	}
 	return nil
+}
+
+// mountedAt says whether path is a mount point; a missing path is not.
+func mountedAt(m Mounts, path string) (bool, error) {
+	mounted, err := m.IsMountPoint(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("checking whether %s is a mount point: %w", path, err)
+	}
+	return mounted, nil
 }
 
 // removeRecordDir removes the record in dir, then dir itself, then every
