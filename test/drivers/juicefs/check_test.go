@@ -16,6 +16,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
 // runCheck runs `csi-volmgr check` (the built binary, as a user runs it) against the node plugin,
@@ -26,7 +27,7 @@ func runCheck(t *testing.T, r *driverresult.Result, bins string, fs *filesystem)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := shortTempDir(t, "jc")
+	dir := k8stest.KeptDir(t, "jc")
 	scratch := filepath.Join(dir, "scratch")
 	p := newNodePlugin(t, bins, dir, scratch, filepath.Join(dir, "csi.sock"), "check-node", freePort(t))
 	secrets := filepath.Join(dir, "secrets.yaml")

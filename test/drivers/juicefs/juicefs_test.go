@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
+	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
 const (
@@ -90,7 +91,7 @@ type filesystem struct {
 }
 
 func newFilesystem(t *testing.T, name string) *filesystem {
-	dir := shortTempDir(t, "jd")
+	dir := k8stest.KeptDir(t, "jd")
 	if err := os.MkdirAll(filepath.Join(dir, "bucket"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -133,25 +134,6 @@ func binDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return abs
-}
-
-// shortTempDir is a fresh directory with a short path (sockets live below it), removed at the end.
-func shortTempDir(t *testing.T, prefix string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kept %s", dir)
-			return
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("remove %s: %v", dir, err)
-		}
-	})
-	return dir
 }
 
 func freePort(t *testing.T) int {

@@ -65,7 +65,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 		}
 	})
 	admin := env.Client
-	dir := shortTempDir(t, "jl")
+	dir := k8stest.KeptDir(t, "jl")
 	adminKubeconfig := filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(adminKubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
