@@ -131,9 +131,11 @@ func TestAttachLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCSINodeCount(t, f, driver, 7)
-	if d, ok := a.VM.Drivers().Driver(driver); !ok || d.MaxVolumes != 7 {
-		t.Errorf("the registry's driver = %+v (registered %v), want max volumes 7 as `csi-volmgr drivers` shows it", d, ok)
-	}
+	// The refresher writes the CSINode first and then the registry.
+	eventually(t, "max volumes 7 in the registry, as `csi-volmgr drivers` shows it", func() (bool, error) {
+		d, ok := a.VM.Drivers().Driver(driver)
+		return ok && d.MaxVolumes == 7, fmt.Errorf("the registry's driver = %+v (registered %v)", d, ok)
+	})
 
 	// Once attached, the pod's volume is published.
 	setAttachmentStatus(t, f, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: controllerPublish(t, p, vol.ID)})
