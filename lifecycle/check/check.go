@@ -376,11 +376,20 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 	e.rec.background.Wait()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
+	// A driver that died is restarted, as its container would be, so that
+	// the cleanup and the next scenarios run against it.
+	crash := e.restartCrashedDriver(cctx)
 	res.Cleanup = r.cleanup(cctx)
+	if again := e.restartCrashedDriver(cctx); crash == nil {
+		crash = again
+	}
 	res.Calls = e.rec.take()
 	var f *failure
 	var sk *skip
 	switch {
+	case crash != nil:
+		res.Status, res.Reason, res.Got = Fail, "the driver exited", crash.Error()
+		res.Expected = "the node plugin running through the scenario and its teardown, as the kubelet expects of the driver's container"
 	case err == nil && len(res.Cleanup) > 0:
 		res.Status, res.Reason = Fail, "cleanup after the scenario"
 		res.Expected = "nothing left after the teardown: every call answered OK and every path it was asked to unmount unmounted"
@@ -397,6 +406,30 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 		res.Status, res.Reason, res.Got = Fail, "the check itself", err.Error()
 	}
 	return res
+}
+
+// restartCrashedDriver restarts the driver of --driver-command when it
+// exited without the check ending it, and waits until it answers on the
+// check's connection. It returns nil when the driver did not crash, else
+// how it exited and, if it does not serve again, why.
+func (e *env) restartCrashedDriver(ctx context.Context) error {
+	if e.proc == nil {
+		return nil
+	}
+	crash := e.proc.crashed()
+	if crash == nil {
+		return nil
+	}
+	klog.FromContext(ctx).Error(crash, "The driver exited during the scenario; restarting it")
+	start := time.Now()
+	if err := e.proc.start(ctx); err != nil {
+		return fmt.Errorf("%w; restarting it: %w", crash, err)
+	}
+	e.rec.add(Call{Method: "(driver restart)", Code: "-", Duration: time.Since(start), Note: "it had exited on its own: --driver-command again"})
+	if err := (&run{env: e}).reconnected(ctx); err != nil {
+		return fmt.Errorf("%w; restarted, then: %w", crash, err)
+	}
+	return crash
 }
 
 // skip ends a scenario that finds, once it runs, that the driver does not

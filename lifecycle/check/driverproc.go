@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,11 @@ type driverProc struct {
 	command, socket, logFile string
 	cmd                      *exec.Cmd
 	exited                   chan struct{}
+	// waitErr is cmd.Wait's error, set before exited is closed.
+	waitErr error
+	// ended says the check itself ended the driver (kill, stop): its exit
+	// is not a crash.
+	ended bool
 }
 
 func startDriver(ctx context.Context, command, endpoint, logFile string) (*driverProc, error) {
@@ -49,9 +55,9 @@ func (p *driverProc) start(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the driver: %w", err)
 	}
-	p.cmd, p.exited = cmd, make(chan struct{})
+	p.cmd, p.exited, p.waitErr, p.ended = cmd, make(chan struct{}), nil, false
 	go func(exited chan struct{}) {
-		_ = cmd.Wait()
+		p.waitErr = cmd.Wait()
 		close(exited)
 	}(p.exited)
 	deadline := time.Now().Add(30 * time.Second)
@@ -85,6 +91,7 @@ const goneTimeout = 30 * time.Second
 // answers on its socket any more. Until then the old driver may still
 // accept a connection, and its mounts may still work.
 func (p *driverProc) kill() error {
+	p.ended = true
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
 	deadline := time.Now().Add(goneTimeout)
@@ -145,6 +152,7 @@ func (p *driverProc) stop() error {
 		return nil
 	default:
 	}
+	p.ended = true
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-p.exited:
@@ -155,4 +163,86 @@ func (p *driverProc) stop() error {
 		}
 		return errors.New("the driver did not exit within 10s of SIGTERM; killed it")
 	}
+}
+
+// crashed returns, when the driver exited without the check ending it (a
+// driver that panics, or that someone else killed), how it exited and its
+// last lines of output; nil while it runs or after the check ended it.
+func (p *driverProc) crashed() error {
+	select {
+	case <-p.exited:
+	default:
+		// A call may have seen the driver's connection drop before its
+		// process was reaped: a driver that no longer serves its socket
+		// gets a moment to be seen exiting.
+		if serving(p.socket) {
+			return nil
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(exitGrace):
+			return nil
+		}
+	}
+	if p.ended {
+		return nil
+	}
+	how := "exit status 0"
+	if p.waitErr != nil {
+		how = p.waitErr.Error()
+	}
+	return fmt.Errorf("the driver exited on its own (%s); its last output: %s", how, lastLines(p.logFile, crashOutputLines))
+}
+
+// serving says whether a gRPC server answers on the socket: a dying
+// process's socket may still accept a connection, but only a live gRPC
+// server sends its HTTP/2 settings frame on it.
+func serving(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = c.Close() }()
+	if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+		return false
+	}
+	_, err = c.Read(make([]byte, 1))
+	return err == nil
+}
+
+// exitGrace is how long a driver that refuses connections is given to be
+// seen exiting.
+const exitGrace = 5 * time.Second
+
+// crashOutputLines is how much of a crashed driver's output a result
+// quotes: a panic's message and the top of its stack.
+const crashOutputLines = 12
+
+// lastLines returns the last n lines of the file (read from its last
+// 64 KiB), or why it cannot.
+func lastLines(path string, n int) string {
+	f, err := os.Open(path) //nolint:gosec // the check's own log file
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = f.Close() }()
+	const tail = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		if _, err := f.Seek(-tail, io.SeekEnd); err != nil {
+			return err.Error()
+		}
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err.Error()
+	}
+	text := strings.TrimRight(string(b), "\n")
+	if text == "" {
+		return "(none)"
+	}
+	lines := strings.Split(text, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
