@@ -112,6 +112,10 @@ func (c *clusterMode) inputs() inputs { return c.in }
 
 func (c *clusterMode) steps(ops *operations.Operations) reconciler.Operations { return ops }
 
+// migrateRecords: a cluster's attachments are VolumeAttachments, not
+// records of the agent.
+func (c *clusterMode) migrateRecords(context.Context) int { return 0 }
+
 func (c *clusterMode) runInputs(ctx context.Context, rec *reconciler.Reconciler) {
 	// Subscribed before the sources start, so no change is missed.
 	c.src.OnAttachmentChange(rec.AttachmentChanged)

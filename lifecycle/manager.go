@@ -401,6 +401,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		inputs.Wait()
 		return errors.Join(fmt.Errorf("reconstruct actual state: %w", err), m.mode.close())
 	}
+	res.Migrated += m.mode.migrateRecords(ctx)
 	m.reconstruction = res
 	close(m.reconstructed)
 

@@ -20,6 +20,11 @@ type mode interface {
 	// steps returns the steps the reconciler runs: ops itself, or ops
 	// with the mode's own work around them.
 	steps(ops *operations.Operations) reconciler.Operations
+	// migrateRecords rewrites the mode's own durable records of an older
+	// format in the current one and returns how many it rewrote. It is
+	// called once, after the actual state was read with no record of a
+	// newer format, before runOutputs.
+	migrateRecords(ctx context.Context) int
 	// runInputs runs the mode's sources, telling rec of their events,
 	// until ctx ends. It starts while the actual state is still being
 	// read from disk: nothing it runs may act on a volume or write a

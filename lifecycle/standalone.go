@@ -77,6 +77,8 @@ func (s *standaloneMode) steps(ops *operations.Operations) reconciler.Operations
 	return s.att.Wrap(ops)
 }
 
+func (s *standaloneMode) migrateRecords(ctx context.Context) int { return s.att.MigrateRecords(ctx) }
+
 func (s *standaloneMode) runInputs(ctx context.Context, _ *reconciler.Reconciler) {
 	if err := s.src.Run(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Standalone source stopped")

@@ -92,6 +92,9 @@ type Attacher struct {
 	states map[string]*state
 	// byVolume maps a volume to its VolumeAttachment name.
 	byVolume map[volume.Name]string
+	// older are the records New loaded in an older format, for
+	// MigrateRecords.
+	older []olderRecord
 }
 
 // state is what the Attacher knows of one attachment.
@@ -136,8 +139,37 @@ func New(cfg Config) (*Attacher, error) {
 	for vaName, r := range loaded {
 		a.states[vaName] = &state{volume: r.Volume, driver: r.Driver, pvName: r.PVName, recorded: true}
 		a.byVolume[r.Volume] = vaName
+		if r.Format == "" {
+			a.older = append(a.older, olderRecord{vaName: vaName, rec: r})
+		}
 	}
 	return a, nil
+}
+
+// olderRecord is an attachment record New loaded in a format older than
+// the current one.
+type olderRecord struct {
+	vaName string
+	rec    record
+}
+
+// MigrateRecords rewrites the attachment records New loaded in an older
+// format in the current one and returns how many it rewrote. The Manager
+// calls it once, before Run, after the node's volume records were read
+// with none of a newer format: until then an agent that will refuse to
+// start has changed nothing on disk. A record that cannot be rewritten is
+// logged and stays readable as it is; the next start tries again.
+func (a *Attacher) MigrateRecords(ctx context.Context) int {
+	migrated := 0
+	for _, o := range a.older {
+		if err := a.records.migrate(o.vaName, o.rec); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot migrate an attachment record to the current format; it stays readable as it is")
+			continue
+		}
+		migrated++
+	}
+	a.older = nil
+	return migrated
 }
 
 // Get returns the VolumeAttachment the Attacher stands in for, as

@@ -89,10 +89,11 @@ func (s *recordStore) read(vaName string) (record, error) {
 	return r, nil
 }
 
-// list returns every record by VolumeAttachment name, after checking that
-// none has a newer format (a *checkpoint.FormatError, nothing migrated)
-// and then migrating those written before records were versioned (no
-// csiVolmgrFormat), each rewritten atomically and durably.
+// list returns every record by VolumeAttachment name, or, when one has a
+// newer format, a *checkpoint.FormatError and nothing. It changes nothing
+// on disk: the records written before records were versioned (no
+// csiVolmgrFormat) are migrated by migrate, once the Manager knows that no
+// other record of the node is of a newer format.
 func (s *recordStore) list() (map[string]record, error) {
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -113,13 +114,14 @@ func (s *recordStore) list() (map[string]record, error) {
 		}
 		out[vaName] = r
 	}
-	for vaName, r := range out {
-		if r.Format != "" {
-			continue
-		}
-		if err := s.write(vaName, r); err != nil {
-			return nil, fmt.Errorf("migrating attachment record %s to format version %d: %w", s.path(vaName), checkpoint.FormatVersion, err)
-		}
-	}
 	return out, nil
+}
+
+// migrate rewrites a record of an older format in the current one,
+// atomically and durably.
+func (s *recordStore) migrate(vaName string, r record) error {
+	if err := s.write(vaName, r); err != nil {
+		return fmt.Errorf("migrating attachment record %s to format version %d: %w", s.path(vaName), checkpoint.FormatVersion, err)
+	}
+	return nil
 }

@@ -51,7 +51,8 @@ func TestAttachmentRecordsCarryTheirFormat(t *testing.T) {
 }
 
 // TestOlderAttachmentRecordsAreMigrated: a record without a version is
-// loaded as before and rewritten with the current one.
+// loaded as before, left as it is by list, and rewritten with the current
+// version by migrate.
 func TestOlderAttachmentRecordsAreMigrated(t *testing.T) {
 	s := newTestStore(t)
 	if err := os.WriteFile(s.path("va-1"), []byte(v0Attachment), 0o640); err != nil {
@@ -65,8 +66,14 @@ func TestOlderAttachmentRecordsAreMigrated(t *testing.T) {
 	if r.Volume != "kubernetes.io/csi/d.example.com^vol-1" || r.Handle != "vol-1" || r.NodeID != "node-1" || r.PVName != "pv-1" {
 		t.Errorf("loaded %+v", r)
 	}
+	if data, _ := os.ReadFile(s.path("va-1")); string(data) != v0Attachment {
+		t.Errorf("list rewrote the record: %s", data)
+	}
+	if err := s.migrate("va-1", r); err != nil {
+		t.Fatal(err)
+	}
 	if f := formatOfFile(t, s.path("va-1")); f != "1" {
-		t.Errorf("after list, %s = %q, want \"1\"", checkpoint.FormatKey, f)
+		t.Errorf("after migrate, %s = %q, want \"1\"", checkpoint.FormatKey, f)
 	}
 	again, err := s.read("va-1")
 	if err != nil || again.Handle != r.Handle || again.Volume != r.Volume {
