@@ -25,6 +25,12 @@ import (
 // with the bugs given switched on.
 func checkPlugin(t *testing.T, bugs ...plugin.Bug) []string {
 	t.Helper()
+	return checkPluginWith(t, plugin.FaultConfig{Bugs: bugs})
+}
+
+// checkPluginWith is checkPlugin with the plugin's whole control file.
+func checkPluginWith(t *testing.T, control plugin.FaultConfig) []string {
+	t.Helper()
 	bin, err := plugintest.Binary()
 	if err != nil {
 		t.Fatal(err)
@@ -33,18 +39,18 @@ func checkPlugin(t *testing.T, bugs ...plugin.Bug) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, control, endpoint := filepath.Join(dir, "state"), filepath.Join(dir, "control.json"), filepath.Join(dir, "csi.sock")
+	state, controlFile, endpoint := filepath.Join(dir, "state"), filepath.Join(dir, "control.json"), filepath.Join(dir, "csi.sock")
 	t.Cleanup(func() {
 		if err := plugin.CleanupMounts(state); err != nil {
 			t.Errorf("cleaning up the plugin's mounts: %v", err)
 		}
 		_ = os.RemoveAll(dir)
 	})
-	if err := plugin.WriteFaultConfig(control, plugin.FaultConfig{Bugs: bugs}); err != nil {
+	if err := plugin.WriteFaultConfig(controlFile, control); err != nil {
 		t.Fatal(err)
 	}
 	command := strings.Join([]string{"exec", bin, "--endpoint=" + endpoint, "--node-id=node-1", "--state-dir=" + state,
-		"--control-file=" + control, "--node-expand-volume", "--node-get-volume-stats", "--node-volume-mount-group",
+		"--control-file=" + controlFile, "--node-expand-volume", "--node-get-volume-stats", "--node-volume-mount-group",
 		"--single-node-multi-writer", "--controller-publish-unpublish"}, " ")
 	return []string{"check", "--endpoint", "unix://" + endpoint, "--driver-command", command,
 		"--params", plugin.FuseParameter + "=true", "--timeout", "30s"}
@@ -143,6 +149,45 @@ func TestCheckCommand(t *testing.T) {
 		}
 		assertScratchClean(t, scratch)
 	})
+}
+
+// TestCheckCommandKeepsTheSecretsFileSecret: the Secret of --secrets-file
+// reaches the driver (which refuses a stage or publish without it), and
+// its values appear nowhere the check writes: not in the verbose log, the
+// table, the JSON report or the JUnit file.
+func TestCheckCommandKeepsTheSecretsFileSecret(t *testing.T) {
+	bin := checkBinary(t)
+	const value = "s3cr3t-value-7f1c2a"
+	secrets := filepath.Join(t.TempDir(), "secret.yaml")
+	if err := os.WriteFile(secrets, []byte("password: "+value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := append(checkPluginWith(t, plugin.FaultConfig{RequireNodeSecrets: []string{"password"}}),
+		"--secrets-file", secrets, "--scenario", "^(publish-parallel|expand-published)$", "--verbose=5")
+	for _, format := range []string{"table", "json"} {
+		t.Run(format, func(t *testing.T) {
+			scratch, junit := t.TempDir(), filepath.Join(t.TempDir(), "junit.xml")
+			cmd := exec.CommandContext(t.Context(), bin, append(base, "--scratch-dir", scratch, "--junit", junit, "-o", format)...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("csi-volmgr check: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+			}
+			junitData, err := os.ReadFile(junit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(stderr.String(), `method="/csi.v1.Node/NodeStageVolume" request=`) {
+				t.Errorf("the verbose log does not show the stage's request it must keep the secret out of:\n%s", stderr.String())
+			}
+			for what, out := range map[string]string{"stdout": stdout.String(), "the verbose log": stderr.String(), "the JUnit file": string(junitData)} {
+				if strings.Contains(out, value) {
+					t.Errorf("the secret's value is in %s:\n%s", what, out)
+				}
+			}
+			assertScratchClean(t, scratch)
+		})
+	}
 }
 
 // TestCheckCommandCleansUpAfterSIGINT: Ctrl-C in the middle of a scenario

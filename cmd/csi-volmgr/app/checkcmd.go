@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -31,7 +32,7 @@ func newCheckCommand() *cobra.Command {
 		cfg                   check.Config
 		scenario, junit, out  string
 		secretsFile           string
-		verbose               bool
+		verbosity             int
 		params, volumeContext map[string]string
 	)
 	cmd := &cobra.Command{
@@ -70,15 +71,16 @@ is used; what the driver does not offer is skipped with the reason.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			logger := logr.Discard()
-			if verbose {
+			klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+			klog.InitFlags(klogFlags)
+			if verbosity > 0 {
+				_ = klogFlags.Set("v", strconv.Itoa(verbosity))
 				logger = klog.Background().WithName("csi-volmgr-check")
 			} else {
 				// The gRPC connection's own messages (a lost connection
 				// while the driver restarts) go to the global logger.
-				quiet := flag.NewFlagSet("klog", flag.ContinueOnError)
-				klog.InitFlags(quiet)
-				_ = quiet.Set("logtostderr", "false")
-				_ = quiet.Set("stderrthreshold", "FATAL")
+				_ = klogFlags.Set("logtostderr", "false")
+				_ = klogFlags.Set("stderrthreshold", "FATAL")
 				klog.SetOutput(io.Discard)
 			}
 			ctx = klog.NewContext(ctx, logger)
@@ -140,7 +142,8 @@ is used; what the driver does not offer is skipped with the reason.`,
 	f.StringVarP(&out, "output", "o", "table", "Report format: table or json.")
 	f.StringVar(&cfg.ScratchDir, "scratch-dir", "", "Where the scratch root is made (and removed); empty means the system's temporary directory.")
 	f.DurationVar(&cfg.Timeout, "timeout", 0, "Timeout of each CSI call; 0 means the kubelet's 2m.")
-	f.BoolVarP(&verbose, "verbose", "v", false, "Log the volume manager's steps to stderr.")
+	f.IntVarP(&verbosity, "verbose", "v", 0, "Log the volume manager's steps to stderr at this klog verbosity; -v alone means 4, each step and its outcome; 5 adds every CSI call's request and response, secrets redacted.")
+	f.Lookup("verbose").NoOptDefVal = "4"
 	_ = cmd.MarkFlagRequired("endpoint")
 	return cmd
 }
