@@ -11,12 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/mount-utils"
@@ -25,8 +23,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
-
-const volumesReady corev1.PodConditionType = "csi-volmgr.io/VolumesReady"
 
 // lifecycle is one run of the agent with the driver.
 type lifecycle struct {
@@ -93,16 +89,7 @@ func (l *lifecycle) podReady() error {
 }
 
 func (l *lifecycle) ready(ctx context.Context) (bool, error) {
-	p, err := l.m.env.Client.CoreV1().Pods(appNamespace).Get(ctx, podName, metav1.GetOptions{})
-	if err != nil {
-		return false, nil
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == volumesReady {
-			return c.Status == corev1.ConditionTrue, nil
-		}
-	}
-	return false, nil
+	return drivertest.VolumesReady(ctx, l.m.env.Client, appNamespace, podName)
 }
 
 // certificate verifies the key pair in the pod's path and returns its serial number.
@@ -140,12 +127,8 @@ func (l *lifecycle) keyPair() error {
 	if l.serial, err = l.certificate(); err != nil {
 		return err
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(l.target, &st); err != nil {
-		return err
-	}
-	l.dev = st.Dev
-	return nil
+	l.dev, err = drivertest.MountDevice(l.target)
+	return err
 }
 
 // podCreations are the CertificateRequest creations made with the pod's token.
@@ -221,20 +204,7 @@ func (l *lifecycle) tokenNotLogged() error {
 	if err != nil {
 		return err
 	}
-	log, err := os.ReadFile(l.agent.LogFile)
-	if err != nil {
-		return err
-	}
-	sig := tok[strings.LastIndex(tok, ".")+1:]
-	for what, s := range map[string]string{"the token": tok, "the token's signature": sig} {
-		if strings.Contains(string(log), s) {
-			return fmt.Errorf("%s is in the agent's log %s", what, l.agent.LogFile)
-		}
-	}
-	if !strings.Contains(string(log), "NodePublishVolume") {
-		return errors.New("the agent's log has no NodePublishVolume: -v=5 logs the CSI calls, was it searched at all?")
-	}
-	return nil
+	return drivertest.TokenNotLogged(l.agent.LogFile, tok)
 }
 
 // renewed waits for the driver's renewal (two thirds of certLifetime): a new certificate in the
@@ -278,16 +248,7 @@ func (l *lifecycle) waitNewCertificate(what string) error {
 	})
 }
 
-func (l *lifecycle) sameMount() error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(l.target, &st); err != nil {
-		return err
-	}
-	if st.Dev != l.dev {
-		return fmt.Errorf("the pod's path is another mount (device %d, was %d)", st.Dev, l.dev)
-	}
-	return nil
-}
+func (l *lifecycle) sameMount() error { return drivertest.SameMount(l.target, l.dev) }
 
 func (l *lifecycle) driverRestart() error {
 	if err := l.driver.Kill(); err != nil {
@@ -319,10 +280,7 @@ func (l *lifecycle) teardown() error {
 	if err := l.m.env.Client.CoreV1().Pods(appNamespace).Delete(ctx, podName, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	if err := l.poll("the pod's deletion completed by the agent", func(ctx context.Context) (bool, error) {
-		_, err := l.m.env.Client.CoreV1().Pods(appNamespace).Get(ctx, podName, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
+	if err := l.poll("the pod's deletion completed by the agent", drivertest.PodGone(l.m.env.Client, appNamespace, podName)); err != nil {
 		return err
 	}
 	if err := drivertest.NothingLeft(l.agent, l.poll); err != nil {
@@ -335,8 +293,5 @@ func (l *lifecycle) teardown() error {
 }
 
 func (l *lifecycle) poll(what string, cond wait.ConditionWithContextFunc) error {
-	if err := wait.PollUntilContextTimeout(l.t.Context(), 200*time.Millisecond, drivertest.Timeout, true, cond); err != nil {
-		return fmt.Errorf("waiting for %s: %w", what, err)
-	}
-	return nil
+	return drivertest.Poll(l.t.Context(), what, cond)
 }

@@ -11,14 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,8 +27,6 @@ import (
 )
 
 const (
-	// volumesReady is csi-volmgr's pod condition.
-	volumesReady corev1.PodConditionType = "csi-volmgr.io/VolumesReady"
 	// nodeLabel is the label of a SecretProviderClassPodStatus naming the node (the driver's
 	// --nodeid) that mounted it.
 	nodeLabel = "internal.secrets-store.csi.k8s.io/node-name"
@@ -126,18 +121,8 @@ func (l *lifecycle) podReady() error {
 	})
 }
 
-// ready says whether the pod's VolumesReady condition is True.
 func (l *lifecycle) ready(ctx context.Context) (bool, error) {
-	p, err := l.m.env.Client.CoreV1().Pods(appNamespace).Get(ctx, podName, metav1.GetOptions{})
-	if err != nil {
-		return false, nil
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == volumesReady {
-			return c.Status == corev1.ConditionTrue, nil
-		}
-	}
-	return false, nil
+	return drivertest.VolumesReady(ctx, l.m.env.Client, appNamespace, podName)
 }
 
 func (l *lifecycle) filesServed() error {
@@ -154,12 +139,8 @@ func (l *lifecycle) filesServed() error {
 	if err := l.expectFile("pod-name", podName); err != nil {
 		return fmt.Errorf("%w (the pod's name reaches the provider only through podInfoOnMount)", err)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(l.target, &st); err != nil {
-		return err
-	}
-	l.dev = st.Dev
-	return nil
+	l.dev, err = drivertest.MountDevice(l.target)
+	return err
 }
 
 func (l *lifecycle) expectFile(name, want string) error {
@@ -275,24 +256,7 @@ func (l *lifecycle) tokenNotLogged() error {
 	if err != nil {
 		return err
 	}
-	log, err := os.ReadFile(l.agent.LogFile)
-	if err != nil {
-		return err
-	}
-	if len(log) == 0 {
-		return errors.New("the agent's log is empty: nothing to search")
-	}
-	// The whole token, and its signature alone (a token cut at its dots would still leak it).
-	sig := tok[strings.LastIndex(tok, ".")+1:]
-	for what, s := range map[string]string{"the token": tok, "the token's signature": sig} {
-		if strings.Contains(string(log), s) {
-			return fmt.Errorf("%s is in the agent's log %s", what, l.agent.LogFile)
-		}
-	}
-	if !strings.Contains(string(log), "NodePublishVolume") {
-		return errors.New("the agent's log has no NodePublishVolume: -v=5 logs the CSI calls, was it searched at all?")
-	}
-	return nil
+	return drivertest.TokenNotLogged(l.agent.LogFile, tok)
 }
 
 // republish changes the SecretProviderClass and waits until the new files are in the pod's
@@ -349,16 +313,7 @@ func (l *lifecycle) republish() ([]time.Duration, error) {
 }
 
 // sameMount checks that the pod's path is still the tmpfs the driver mounted at first.
-func (l *lifecycle) sameMount() error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(l.target, &st); err != nil {
-		return err
-	}
-	if st.Dev != l.dev {
-		return fmt.Errorf("the pod's path is another mount (device %d, was %d): it was unpublished and published again", st.Dev, l.dev)
-	}
-	return nil
-}
+func (l *lifecycle) sameMount() error { return drivertest.SameMount(l.target, l.dev) }
 
 func (l *lifecycle) driverRestart() error {
 	before, err := l.mounts()
@@ -410,10 +365,7 @@ func (l *lifecycle) teardown() error {
 		return err
 	}
 	// --register-node: the agent tears the pod's volumes down and completes its deletion.
-	if err := l.poll("the pod's deletion completed by the agent", func(ctx context.Context) (bool, error) {
-		_, err := l.m.env.Client.CoreV1().Pods(appNamespace).Get(ctx, podName, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
+	if err := l.poll("the pod's deletion completed by the agent", drivertest.PodGone(l.m.env.Client, appNamespace, podName)); err != nil {
 		return err
 	}
 	if err := drivertest.NothingLeft(l.agent, l.poll); err != nil {
@@ -429,10 +381,6 @@ func (l *lifecycle) podStatusGone() error {
 	})
 }
 
-// poll waits for cond, at most timeout; the error names what it waited for.
 func (l *lifecycle) poll(what string, cond wait.ConditionWithContextFunc) error {
-	if err := wait.PollUntilContextTimeout(l.t.Context(), 200*time.Millisecond, drivertest.Timeout, true, cond); err != nil {
-		return fmt.Errorf("waiting for %s: %w", what, err)
-	}
-	return nil
+	return drivertest.Poll(l.t.Context(), what, cond)
 }

@@ -32,8 +32,6 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/test/process"
 )
 
-const volumesReady corev1.PodConditionType = "csi-volmgr.io/VolumesReady"
-
 const (
 	appNamespace = "app"
 	topologyKey  = "topology.topolvm.io/node"
@@ -240,16 +238,7 @@ func (l *lifecycle) podsReady() error {
 }
 
 func (l *lifecycle) ready(ctx context.Context, v *volume) (bool, error) {
-	p, err := l.m.env.Client.CoreV1().Pods(appNamespace).Get(ctx, v.pod.Name, metav1.GetOptions{})
-	if err != nil {
-		return false, nil
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == volumesReady {
-			return c.Status == corev1.ConditionTrue, nil
-		}
-	}
-	return false, nil
+	return drivertest.VolumesReady(ctx, l.m.env.Client, appNamespace, v.pod.Name)
 }
 
 // dataThrough writes random data through each pod's path and reads it back from the LV's device
@@ -385,10 +374,7 @@ func (l *lifecycle) teardown() error {
 		}
 	}
 	for _, v := range l.vols {
-		if err := l.poll("the deletion of the pod of "+v.name+" completed by the agent", func(ctx context.Context) (bool, error) {
-			_, err := l.m.env.Client.CoreV1().Pods(appNamespace).Get(ctx, v.pod.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}); err != nil {
+		if err := l.poll("the deletion of the pod of "+v.name+" completed by the agent", drivertest.PodGone(l.m.env.Client, appNamespace, v.pod.Name)); err != nil {
 			return err
 		}
 	}
@@ -443,8 +429,5 @@ func (l *lifecycle) removeVolumes() error {
 }
 
 func (l *lifecycle) poll(what string, cond wait.ConditionWithContextFunc) error {
-	if err := wait.PollUntilContextTimeout(l.t.Context(), 200*time.Millisecond, drivertest.Timeout, true, cond); err != nil {
-		return fmt.Errorf("waiting for %s: %w", what, err)
-	}
-	return nil
+	return drivertest.Poll(l.t.Context(), what, cond)
 }
