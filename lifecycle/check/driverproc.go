@@ -195,20 +195,26 @@ func (p *driverProc) crashed() error {
 }
 
 // serving says whether a gRPC server answers on the socket: a dying
-// process's socket may still accept a connection, but only a live gRPC
-// server sends its HTTP/2 settings frame on it.
+// process's socket may still accept a connection, but only a live server
+// answers the HTTP/2 client preface with its settings frame.
 func serving(socket string) bool {
 	c, err := net.DialTimeout("unix", socket, time.Second)
 	if err != nil {
 		return false
 	}
 	defer func() { _ = c.Close() }()
-	if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+	if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		return false
+	}
+	if _, err := io.WriteString(c, http2ClientPreface); err != nil {
 		return false
 	}
 	_, err = c.Read(make([]byte, 1))
 	return err == nil
 }
+
+// http2ClientPreface opens an HTTP/2 connection (RFC 9113, section 3.4).
+const http2ClientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // exitGrace is how long a driver that refuses connections is given to be
 // seen exiting.

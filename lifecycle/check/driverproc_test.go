@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // TestKillWaitsForTheWholeDriver: kill returns only once no process of the
@@ -99,5 +101,37 @@ func TestGroupMembersSkipsZombies(t *testing.T) {
 	}
 	if members := groupMembers(pid); len(members) != 0 {
 		t.Errorf("groupMembers(%d) = %v for a group whose only process is a zombie", pid, members)
+	}
+}
+
+// TestServingTellsALiveGRPCServerFromADyingSocket: a gRPC server answers
+// the probe; a socket that accepts connections but whose process no
+// longer serves them (a dying driver) and a socket nobody listens on do
+// not.
+func TestServingTellsALiveGRPCServerFromADyingSocket(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.sock")
+	l, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Stop()
+	if !serving(live) {
+		t.Error("a live gRPC server is not taken for serving")
+	}
+
+	mute := filepath.Join(dir, "mute.sock")
+	ml, err := net.Listen("unix", mute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Close()
+	if serving(mute) {
+		t.Error("a socket that accepts but never answers is taken for serving")
+	}
+	if serving(filepath.Join(dir, "none.sock")) {
+		t.Error("a socket nobody listens on is taken for serving")
 	}
 }
