@@ -388,7 +388,7 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 	var sk *skip
 	switch {
 	case crash != nil:
-		res.Status, res.Reason, res.Got = Fail, "the driver exited", crash.Error()
+		res.Status, res.Reason, res.Got = Fail, "the driver died", crash.Error()
 		res.Expected = "the node plugin running through the scenario and its teardown, as the kubelet expects of the driver's container"
 	case err == nil && len(res.Cleanup) > 0:
 		res.Status, res.Reason = Fail, "cleanup after the scenario"
@@ -409,8 +409,8 @@ func (e *env) runScenario(ctx context.Context, s scenario) (res Result) {
 }
 
 // restartCrashedDriver restarts the driver of --driver-command when it
-// exited without the check ending it, and waits until it answers on the
-// check's connection. It returns nil when the driver did not crash, else
+// died without the check ending it (driverProc.crashed), and waits until
+// it answers on the check's connection. It returns nil when the driver did not crash, else
 // how it exited and, if it does not serve again, why.
 func (e *env) restartCrashedDriver(ctx context.Context) error {
 	if e.proc == nil {
@@ -420,12 +420,17 @@ func (e *env) restartCrashedDriver(ctx context.Context) error {
 	if crash == nil {
 		return nil
 	}
-	klog.FromContext(ctx).Error(crash, "The driver exited during the scenario; restarting it")
+	klog.FromContext(ctx).Error(crash, "The driver died during the scenario; restarting it")
 	start := time.Now()
+	// What is left of its command (a wrapper, daemons) goes first, as a
+	// container runtime ends the whole container before starting it again.
+	if err := e.proc.kill(); err != nil {
+		return fmt.Errorf("%w; ending what was left of it: %w", crash, err)
+	}
 	if err := e.proc.start(ctx); err != nil {
 		return fmt.Errorf("%w; restarting it: %w", crash, err)
 	}
-	e.rec.add(Call{Method: "(driver restart)", Code: "-", Duration: time.Since(start), Note: "it had exited on its own: --driver-command again"})
+	e.rec.add(Call{Method: "(driver restart)", Code: "-", Duration: time.Since(start), Note: "it had died: SIGKILL to what was left, then --driver-command again"})
 	if err := (&run{env: e}).reconnected(ctx); err != nil {
 		return fmt.Errorf("%w; restarted, then: %w", crash, err)
 	}

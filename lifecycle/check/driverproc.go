@@ -23,12 +23,16 @@ type driverProc struct {
 	command, socket, logFile string
 	cmd                      *exec.Cmd
 	exited                   chan struct{}
-	// waitErr is cmd.Wait's error, set before exited is closed.
-	waitErr error
+	// exit is how this start's process exited, set before exited is
+	// closed; each start has its own.
+	exit *procExit
 	// ended says the check itself ended the driver (kill, stop): its exit
 	// is not a crash.
 	ended bool
 }
+
+// procExit is cmd.Wait's error.
+type procExit struct{ err error }
 
 func startDriver(ctx context.Context, command, endpoint, logFile string) (*driverProc, error) {
 	socket, err := csiclient.ParseEndpoint(endpoint)
@@ -52,14 +56,18 @@ func (p *driverProc) start(ctx context.Context) error {
 	cmd := exec.Command("/bin/sh", "-c", p.command) //nolint:gosec // the user's own command
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A driver the check cannot start again is the driver's failure, not
+	// an end the check chose.
+	p.ended = false
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the driver: %w", err)
 	}
-	p.cmd, p.exited, p.waitErr, p.ended = cmd, make(chan struct{}), nil, false
-	go func(exited chan struct{}) {
-		p.waitErr = cmd.Wait()
+	exit, exited := &procExit{}, make(chan struct{})
+	p.cmd, p.exited, p.exit = cmd, exited, exit
+	go func() {
+		exit.err = cmd.Wait()
 		close(exited)
-	}(p.exited)
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if c, err := net.DialTimeout("unix", p.socket, time.Second); err == nil {
@@ -68,7 +76,7 @@ func (p *driverProc) start(ctx context.Context) error {
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("the driver exited before it served %s (its output: %s)", p.socket, p.logFile)
+			return fmt.Errorf("the driver exited (%s) before it served %s; its last output: %s", exitDescription(exit.err), p.socket, lastLines(p.logFile, crashOutputLines))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -166,32 +174,39 @@ func (p *driverProc) stop() error {
 }
 
 // crashed returns, when the driver exited without the check ending it (a
-// driver that panics, or that someone else killed), how it exited and its
-// last lines of output; nil while it runs or after the check ended it.
+// driver that panics, or that someone else killed) or no longer serves its
+// socket though a process of its command still runs (a wrapper around a
+// driver that died), what happened and the driver's last lines of output;
+// nil while it serves, or after the check ended it.
 func (p *driverProc) crashed() error {
-	select {
-	case <-p.exited:
-	default:
-		// A call may have seen the driver's connection drop before its
-		// process was reaped: a driver that no longer serves its socket
-		// gets a moment to be seen exiting.
-		if serving(p.socket) {
-			return nil
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(exitGrace):
-			return nil
-		}
-	}
 	if p.ended {
 		return nil
 	}
-	how := "exit status 0"
-	if p.waitErr != nil {
-		how = p.waitErr.Error()
+	select {
+	case <-p.exited:
+	default:
+		if serving(p.socket) {
+			return nil
+		}
+		// A call may have seen the driver's connection drop before its
+		// process was reaped: a driver that no longer serves its socket
+		// gets a moment to be seen exiting.
+		select {
+		case <-p.exited:
+		case <-time.After(exitGrace):
+			return fmt.Errorf("the driver no longer answers on %s, though its command still runs; its last output: %s",
+				p.socket, lastLines(p.logFile, crashOutputLines))
+		}
 	}
-	return fmt.Errorf("the driver exited on its own (%s); its last output: %s", how, lastLines(p.logFile, crashOutputLines))
+	return fmt.Errorf("the driver exited on its own (%s); its last output: %s", exitDescription(p.exit.err), lastLines(p.logFile, crashOutputLines))
+}
+
+// exitDescription says how a process exited, from cmd.Wait's error.
+func exitDescription(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 // serving says whether a gRPC server answers on the socket: a dying

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -130,6 +131,32 @@ func TestServingTellsALiveGRPCServerFromADyingSocket(t *testing.T) {
 	defer ml.Close()
 	if serving(mute) {
 		t.Error("a socket that accepts but never answers is taken for serving")
+	}
+	// A server that answers only once the client spoke first, as an
+	// HTTP/2 server may, is live too.
+	polite := filepath.Join(dir, "polite.sock")
+	pl, err := net.Listen("unix", polite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	go func() {
+		for {
+			c, err := pl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				preface := make([]byte, len(http2ClientPreface))
+				if _, err := io.ReadFull(c, preface); err == nil && string(preface) == http2ClientPreface {
+					_, _ = c.Write([]byte{0})
+				}
+			}()
+		}
+	}()
+	if !serving(polite) {
+		t.Error("a server that answers after the client preface is not taken for serving")
 	}
 	if serving(filepath.Join(dir, "none.sock")) {
 		t.Error("a socket nobody listens on is taken for serving")
