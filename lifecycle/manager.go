@@ -401,7 +401,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		inputs.Wait()
 		return errors.Join(fmt.Errorf("reconstruct actual state: %w", err), m.mode.close())
 	}
-	res.Migrated += m.mode.migrateRecords(ctx)
+	if n := m.mode.migrateRecords(ctx); n > 0 {
+		logger.Info("Migrated attachment records", "migrated", n)
+		res.Migrated += n
+	}
 	m.reconstruction = res
 	close(m.reconstructed)
 

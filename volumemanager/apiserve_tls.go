@@ -127,6 +127,9 @@ type tcpTLS struct {
 	// served, for the log.
 	certFile              string
 	selfSigned, generated bool
+	// renewer keeps the self-signed pair renewed; nil with a certificate
+	// given.
+	renewer *servingcert.Renewer
 }
 
 // newTCPTLS loads (or, without a certificate given, writes) the serving
@@ -151,9 +154,11 @@ func (vm *VolumeManager) newTCPTLS() (*tcpTLS, error) {
 		if err != nil {
 			return nil, &ConfigError{Field: "HTTPEndpoint", Err: err}
 		}
-		if t.certFile, keyFile, t.generated, err = servingcert.Ensure(servingcert.Options{Dir: dir, Host: subject, DNSNames: names, IPs: ips}); err != nil {
+		opts := servingcert.Options{Dir: dir, Host: subject, DNSNames: names, IPs: ips}
+		if t.certFile, keyFile, t.generated, err = servingcert.Ensure(opts); err != nil {
 			return nil, &ConfigError{Field: "HTTPAccess.CertDir", Err: err}
 		}
+		t.renewer = &servingcert.Renewer{Options: opts, Clock: vm.cfg.servingCertClock}
 	}
 	var err error
 	if t.cert, err = dynamiccertificates.NewDynamicServingContentFromFiles("serving-cert", t.certFile, keyFile); err != nil {
@@ -226,5 +231,8 @@ func (t *tcpTLS) start(ctx context.Context, wg *sync.WaitGroup) (stop func()) {
 		wg.Go(func() { t.clientCA.Run(ctx, 1) })
 	}
 	wg.Go(func() { t.ctrl.Run(1, ctx.Done()) })
+	if t.renewer != nil {
+		wg.Go(func() { t.renewer.Run(ctx) })
+	}
 	return cancel
 }

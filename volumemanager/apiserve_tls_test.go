@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 	"github.com/csi-volmgr/csi-volmgr/volumemanager"
@@ -171,6 +172,53 @@ func TestTCPEndpointServesTLS(t *testing.T) {
 	poll(t, "the new certificate to be served", func(context.Context) (bool, error) {
 		return servedCommonName(t, given.httpEndpoint, pool) == "second", nil
 	})
+}
+
+// TestSelfSignedCertificateRenewedUnderTheRunningAgent: the self-signed
+// pair removed under a running agent is made again within a day by its
+// renewer (servingcert.Renewer, which also renews it before it expires),
+// and the new certificate is served without a restart.
+func TestSelfSignedCertificateRenewedUnderTheRunningAgent(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	n := startStandaloneWith(t, func(c *volumemanager.Config) {
+		c.HTTPEndpoint = freeAddress(t)
+		volumemanager.SetServingCertClock(c, clk)
+	})
+	first := servedCertificate(t, n.httpEndpoint, selfSignedCA(t, n.root))
+	poll(t, "the renewer to wait on its clock", func(context.Context) (bool, error) { return clk.HasWaiters(), nil })
+	for _, f := range []string{servingcert.CertFileName, servingcert.KeyFileName} {
+		if err := os.Remove(filepath.Join(n.root, "pki", f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Step(24 * time.Hour)
+	poll(t, "a new self-signed certificate written and served", func(context.Context) (bool, error) {
+		data, err := os.ReadFile(filepath.Join(n.root, "pki", servingcert.CertFileName))
+		if err != nil {
+			return false, nil
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(data) {
+			return false, nil
+		}
+		c, err := tls.Dial("tcp", n.httpEndpoint, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return false, nil
+		}
+		defer c.Close()
+		return !c.ConnectionState().PeerCertificates[0].Equal(first), nil
+	})
+}
+
+// servedCertificate returns the certificate served at addr.
+func servedCertificate(t *testing.T, addr string, roots *x509.CertPool) *x509.Certificate {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0]
 }
 
 // TestTCPEndpointRefusesPlaintextOffLoopback: plain HTTP on every

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-volmgr/csi-volmgr/csiclient"
 	"github.com/csi-volmgr/csi-volmgr/lifecycle"
@@ -173,6 +174,9 @@ type Config struct {
 
 	// limits replaces the TCP endpoint's bounds in tests (export_test.go).
 	limits *ServerLimits
+	// servingCertClock replaces the self-signed certificate renewer's
+	// clock in tests (export_test.go).
+	servingCertClock clock.WithTicker
 }
 
 // ChangesConfig tunes what is done for volumes that change while in use:

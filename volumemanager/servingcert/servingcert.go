@@ -7,7 +7,9 @@
 //
 // Unlike the kubelet, Ensure makes a new pair when the one on disk no
 // longer fits: unreadable, key and certificate not of one pair, expiring
-// within RenewBefore, or not valid for a name or address now asked for.
+// within RenewBefore, or not valid for a name or address now asked for;
+// and Renewer does the same while the agent runs, where the kubelet's
+// certificate expires under a kubelet that was not restarted for a year.
 // Both files are written atomically (a temporary file renamed), the key
 // with mode 0600.
 package servingcert
@@ -34,7 +36,7 @@ const (
 )
 
 // RenewBefore is how long before it expires a certificate on disk is
-// replaced at start.
+// replaced: at start by Ensure, while the agent runs by Renewer.
 const RenewBefore = 30 * 24 * time.Hour
 
 // Options say where the pair is kept and what it is valid for.
@@ -54,11 +56,15 @@ type Options struct {
 // than RenewBefore and for every name and address of opts. generated
 // says it wrote one.
 func Ensure(opts Options) (certFile, keyFile string, generated bool, err error) {
+	return ensureAt(opts, time.Now())
+}
+
+func ensureAt(opts Options, now time.Time) (certFile, keyFile string, generated bool, err error) {
 	if opts.Dir == "" || opts.Host == "" {
 		return "", "", false, errors.New("servingcert: a directory and a host are required")
 	}
 	certFile, keyFile = filepath.Join(opts.Dir, CertFileName), filepath.Join(opts.Dir, KeyFileName)
-	if fits(certFile, keyFile, opts, time.Now()) {
+	if fits(certFile, keyFile, opts, now) {
 		return certFile, keyFile, false, nil
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {

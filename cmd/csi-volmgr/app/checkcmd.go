@@ -142,7 +142,7 @@ is used; what the driver does not offer is skipped with the reason.`,
 	f.StringVarP(&out, "output", "o", "table", "Report format: table or json.")
 	f.StringVar(&cfg.ScratchDir, "scratch-dir", "", "Where the scratch root is made (and removed); empty means the system's temporary directory.")
 	f.DurationVar(&cfg.Timeout, "timeout", 0, "Timeout of each CSI call; 0 means the kubelet's 2m.")
-	f.IntVarP(&verbosity, "verbose", "v", 0, "Log the volume manager's steps to stderr at this klog verbosity; -v alone means 4, each step and its outcome; 5 adds every CSI call's request and response, secrets redacted.")
+	f.IntVarP(&verbosity, "verbose", "v", 0, "Log the volume manager's steps to stderr at this klog verbosity (--verbose=N): -v alone means 4, each step of the check's process and its outcome; 5 adds every CSI call's request and response, secrets redacted.")
 	f.Lookup("verbose").NoOptDefVal = "4"
 	_ = cmd.MarkFlagRequired("endpoint")
 	return cmd
