@@ -153,8 +153,9 @@ func TestCheckCommand(t *testing.T) {
 
 // TestCheckCommandKeepsTheSecretsFileSecret: the Secret of --secrets-file
 // reaches the driver (which refuses a stage or publish without it), and
-// its values appear nowhere the check writes: not in the verbose log, the
-// table, the JSON report or the JUnit file.
+// its values appear nowhere the check writes: not in the verbose log (the
+// crash scenarios' own processes included), the table, the JSON report or
+// the JUnit file.
 func TestCheckCommandKeepsTheSecretsFileSecret(t *testing.T) {
 	bin := checkBinary(t)
 	const value = "s3cr3t-value-7f1c2a"
@@ -163,7 +164,7 @@ func TestCheckCommandKeepsTheSecretsFileSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := append(checkPluginWith(t, plugin.FaultConfig{RequireNodeSecrets: []string{"password"}}),
-		"--secrets-file", secrets, "--scenario", "^(publish-parallel|expand-published)$", "--verbose=5")
+		"--secrets-file", secrets, "--scenario", "^(publish-parallel|expand-published|crash-after-stage)$", "--verbose=5")
 	for _, format := range []string{"table", "json"} {
 		t.Run(format, func(t *testing.T) {
 			scratch, junit := t.TempDir(), filepath.Join(t.TempDir(), "junit.xml")
@@ -179,6 +180,10 @@ func TestCheckCommandKeepsTheSecretsFileSecret(t *testing.T) {
 			}
 			if !strings.Contains(stderr.String(), `method="/csi.v1.Node/NodeStageVolume" request=`) {
 				t.Errorf("the verbose log does not show the stage's request it must keep the secret out of:\n%s", stderr.String())
+			}
+			// crash-after-stage stages in a volume manager process of its own.
+			if !strings.Contains(stderr.String(), `"Staged volume" logger="csi-volmgr-check-step"`) {
+				t.Errorf("the verbose log does not show the crash scenario's own process:\n%s", stderr.String())
 			}
 			for what, out := range map[string]string{"stdout": stdout.String(), "the verbose log": stderr.String(), "the JUnit file": string(junitData)} {
 				if strings.Contains(out, value) {

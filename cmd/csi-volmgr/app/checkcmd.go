@@ -67,7 +67,6 @@ is used; what the driver does not offer is skipped with the reason.`,
 			if err != nil {
 				return err
 			}
-			cfg.Child = func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, self, checkStepCommand) }
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			logger := logr.Discard()
@@ -85,6 +84,15 @@ is used; what the driver does not offer is skipped with the reason.`,
 			}
 			ctx = klog.NewContext(ctx, logger)
 			errOut := cmd.ErrOrStderr()
+			// The crash scenarios' volume manager processes log as this
+			// one does.
+			cfg.Child = func(ctx context.Context) *exec.Cmd {
+				child := exec.CommandContext(ctx, self, checkStepCommand, "--verbose="+strconv.Itoa(verbosity))
+				if verbosity > 0 {
+					child.Stderr = errOut
+				}
+				return child
+			}
 			cfg.Progress = func(name string, r *check.Result) {
 				if r != nil {
 					fmt.Fprintf(errOut, "%-26s %-8s %.2fs\n", name, r.Status, r.Duration.Seconds())
@@ -142,7 +150,7 @@ is used; what the driver does not offer is skipped with the reason.`,
 	f.StringVarP(&out, "output", "o", "table", "Report format: table or json.")
 	f.StringVar(&cfg.ScratchDir, "scratch-dir", "", "Where the scratch root is made (and removed); empty means the system's temporary directory.")
 	f.DurationVar(&cfg.Timeout, "timeout", 0, "Timeout of each CSI call; 0 means the kubelet's 2m.")
-	f.IntVarP(&verbosity, "verbose", "v", 0, "Log the volume manager's steps to stderr at this klog verbosity (--verbose=N): -v alone means 4, each step of the check's process and its outcome; 5 adds every CSI call's request and response, secrets redacted.")
+	f.IntVarP(&verbosity, "verbose", "v", 0, "Log the volume manager's steps to stderr at this klog verbosity (--verbose=N): -v alone means 4, each step and its outcome; 5 adds every CSI call's request and response, secrets redacted.")
 	f.Lookup("verbose").NoOptDefVal = "4"
 	_ = cmd.MarkFlagRequired("endpoint")
 	return cmd
@@ -151,18 +159,28 @@ is used; what the driver does not offer is skipped with the reason.`,
 // newCheckStepCommand is the volume manager process of check's crash
 // scenarios (check.RunChild); not for people.
 func newCheckStepCommand() *cobra.Command {
-	return &cobra.Command{
+	var verbosity int
+	cmd := &cobra.Command{
 		Use:    checkStepCommand,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := klog.NewContext(cmd.Context(), logr.Discard())
+			logger := logr.Discard()
+			if verbosity > 0 {
+				klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+				klog.InitFlags(klogFlags)
+				_ = klogFlags.Set("v", strconv.Itoa(verbosity))
+				logger = klog.Background().WithName("csi-volmgr-check-step")
+			}
+			ctx := klog.NewContext(cmd.Context(), logger)
 			if code := check.RunChild(ctx, cmd.InOrStdin(), cmd.OutOrStdout()); code != 0 {
 				return errors.New("check step failed")
 			}
 			return nil
 		},
 	}
+	cmd.Flags().IntVar(&verbosity, "verbose", 0, "The check's --verbose.")
+	return cmd
 }
 
 // readCheckSecrets reads --secrets-file: a YAML or JSON object of string keys
