@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -34,11 +33,10 @@ import (
 )
 
 const (
-	appNamespace   = "apps"
-	pvName         = "juicefs-pv"
-	volumeHandle   = "juicefs-volume"
-	secretName     = "juicefs-secret"
-	conditionReady = corev1.PodConditionType("csi-volmgr.io/VolumesReady")
+	appNamespace = "apps"
+	pvName       = "juicefs-pv"
+	volumeHandle = "juicefs-volume"
+	secretName   = "juicefs-secret"
 	// waitTimeout bounds each wait of the lifecycle.
 	waitTimeout = 2 * time.Minute
 )
@@ -170,16 +168,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 	if !step(t, steps, "two pods of the claim on the agent's Node: VolumesReady (the Secret read as the Node, one NodePublishVolume of the volume at a time)", func() error {
 		for i, pod := range pods {
 			if err := poll(ctx, func(ctx context.Context) (bool, error) {
-				p, err := admin.CoreV1().Pods(appNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
-				if err != nil {
-					return false, nil
-				}
-				for _, c := range p.Status.Conditions {
-					if c.Type == conditionReady && c.Status == corev1.ConditionTrue {
-						return true, nil
-					}
-				}
-				return false, nil
+				return drivertest.VolumesReady(ctx, admin, appNamespace, pod.Name)
 			}); err != nil {
 				return fmt.Errorf("%s: VolumesReady not True: %w", pod.Name, err)
 			}
@@ -282,10 +271,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 			}
 		}
 		for _, pod := range pods {
-			if err := poll(ctx, func(ctx context.Context) (bool, error) {
-				_, err := admin.CoreV1().Pods(appNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
-				return apierrors.IsNotFound(err), nil
-			}); err != nil {
+			if err := poll(ctx, drivertest.PodGone(admin, appNamespace, pod.Name)); err != nil {
 				return fmt.Errorf("%s not deleted: %w", pod.Name, err)
 			}
 		}
