@@ -251,6 +251,7 @@ func (l *lifecycle) waitNewCertificate(what string) error {
 func (l *lifecycle) sameMount() error { return drivertest.SameMount(l.target, l.dev) }
 
 func (l *lifecycle) driverRestart() error {
+	killed := time.Now()
 	if err := l.driver.Kill(); err != nil {
 		return err
 	}
@@ -258,7 +259,11 @@ func (l *lifecycle) driverRestart() error {
 	if _, err := l.certificate(); err != nil {
 		return fmt.Errorf("with the node plugin killed: %w", err)
 	}
-	time.Sleep(republishPeriod)
+	// A republish fails while the plugin is down; the mount must stay.
+	if err := l.poll("a failed republish (FailedMount) with the node plugin killed",
+		drivertest.WarningEventSince(l.m.env.Client, l.pod, "FailedMount", killed)); err != nil {
+		return err
+	}
 	if err := l.driver.Restart(l.t.Context()); err != nil {
 		return err
 	}

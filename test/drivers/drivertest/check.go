@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
@@ -35,18 +36,7 @@ func RunCheck(t *testing.T, rec *Recorder, args ...string) {
 		return
 	}
 	for _, res := range report.Results {
-		s := driverresult.Step{Name: res.Name, Seconds: Seconds(res.Duration)}
-		switch res.Status {
-		case check.Pass:
-			s.Result = driverresult.Pass
-		case check.Skipped:
-			s.Result, s.Reason = driverresult.Skip, res.Reason
-		default:
-			s.Result = driverresult.Fail
-			s.Reason = fmt.Sprintf("%s: expected %s; got %s", res.Reason, res.Expected, res.Got)
-			t.Errorf("check %s failed: %s", res.Name, s.Reason)
-		}
-		rec.R.Checks = append(rec.R.Checks, s)
+		rec.R.Checks = append(rec.R.Checks, CheckStep(t, res))
 	}
 	if len(report.Cleanup) > 0 {
 		rec.Note("csi-volmgr check's cleanup found: %s", strings.Join(report.Cleanup, "; "))
@@ -70,4 +60,25 @@ func DriverCommand(bin string, flags, env []string, log string) string {
 		parts = append(parts, ShellQuote(f))
 	}
 	return strings.Join(parts, " ") + " >>" + ShellQuote(log) + " 2>&1"
+}
+
+// CheckStep is the result row of one scenario of a check report; a failed
+// scenario fails the test, its calls logged.
+func CheckStep(t *testing.T, res check.Result) driverresult.Step {
+	t.Helper()
+	s := driverresult.Step{Name: res.Name, Seconds: Seconds(res.Duration)}
+	switch res.Status {
+	case check.Pass:
+		s.Result = driverresult.Pass
+	case check.Skipped:
+		s.Result, s.Reason = driverresult.Skip, res.Reason
+	default:
+		s.Result = driverresult.Fail
+		s.Reason = fmt.Sprintf("%s: expected %s; got %s", res.Reason, res.Expected, res.Got)
+		t.Errorf("check scenario %s failed: %s", res.Name, s.Reason)
+		for _, c := range res.Calls {
+			t.Logf("  %-28s %-20s %8s %s %s", c.Method, c.Code, c.Duration.Round(time.Microsecond), c.Message, c.Note)
+		}
+	}
+	return s
 }

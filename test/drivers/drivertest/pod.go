@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
@@ -97,4 +98,30 @@ func TokenNotLogged(logFile, token string) error {
 		return errors.New("the agent's log has no NodePublishVolume: -v=5 logs the CSI calls, was it searched at all?")
 	}
 	return nil
+}
+
+// WarningEventSince is the condition that the pod has a Warning Event of
+// reason whose last occurrence is at since or later (Events carry seconds):
+// what the agent reports of a step that failed, e.g. a republish
+// (FailedMount) while the node plugin is down.
+func WarningEventSince(c kubernetes.Interface, pod *corev1.Pod, reason string, since time.Time) wait.ConditionWithContextFunc {
+	since = since.Truncate(time.Second)
+	return func(ctx context.Context) (bool, error) {
+		evs, err := c.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)).String(),
+		})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			last := e.LastTimestamp.Time
+			if last.IsZero() {
+				last = e.EventTime.Time
+			}
+			if e.Type == corev1.EventTypeWarning && e.Reason == reason && !last.Before(since) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/csi-volmgr/csi-volmgr/lifecycle/check"
 	"github.com/csi-volmgr/csi-volmgr/test/agent/agenttest"
 	"github.com/csi-volmgr/csi-volmgr/test/drivers/driverresult"
+	"github.com/csi-volmgr/csi-volmgr/test/drivers/drivertest"
 	k8stest "github.com/csi-volmgr/csi-volmgr/test/k8s"
 )
 
@@ -29,7 +30,7 @@ func runCheck(t *testing.T, r *driverresult.Result, bins string, fs *filesystem)
 	}
 	dir := k8stest.KeptDir(t, "jc")
 	scratch := filepath.Join(dir, "scratch")
-	p := newNodePlugin(t, bins, dir, scratch, filepath.Join(dir, "csi.sock"), "check-node", freePort(t))
+	p := newNodePlugin(t, bins, dir, scratch, filepath.Join(dir, "csi.sock"), "check-node", drivertest.FreePort(t))
 	secrets := filepath.Join(dir, "secrets.yaml")
 	if err := fs.writeSecretsFile(secrets); err != nil {
 		t.Fatal(err)
@@ -50,20 +51,7 @@ func runCheck(t *testing.T, r *driverresult.Result, bins string, fs *filesystem)
 		return
 	}
 	for _, res := range report.Results {
-		s := driverresult.Step{Name: res.Name, Seconds: res.Duration.Seconds()}
-		switch res.Status {
-		case check.Pass:
-			s.Result = driverresult.Pass
-		case check.Skipped:
-			s.Result, s.Reason = driverresult.Skip, res.Reason
-		default:
-			s.Result = driverresult.Fail
-			s.Reason = fmt.Sprintf("%s: expected %s; got %s", res.Reason, res.Expected, res.Got)
-			t.Errorf("check scenario %s failed: %s", res.Name, s.Reason)
-			for _, c := range res.Calls {
-				t.Logf("  %-28s %-20s %8s %s %s", c.Method, c.Code, c.Duration.Round(time.Microsecond), c.Message, c.Note)
-			}
-		}
+		s := drivertest.CheckStep(t, res)
 		if len(res.Cleanup) > 0 {
 			t.Errorf("check scenario %s left: %v", res.Name, res.Cleanup)
 		}

@@ -30,7 +30,7 @@ type nodePlugin struct {
 // mounts below (the agent's root, the check's scratch directory): it is made a shared mount here,
 // so that mounts the plugin makes below it in its namespace reach the host's, as a Bidirectional
 // hostPath does.
-func newNodePlugin(t *testing.T, bins, dir, shared, endpoint, nodeID string, webPort int) *nodePlugin {
+func newNodePlugin(t *testing.T, bins, dir, shared, endpoint, nodeID, webPort string) *nodePlugin {
 	t.Helper()
 	makeShared(t, shared)
 	img := filepath.Join(dir, "image")
@@ -57,7 +57,7 @@ func newNodePlugin(t *testing.T, bins, dir, shared, endpoint, nodeID string, web
 		},
 		// The DaemonSet's environment that matters in process mode: the plugin picks its role
 		// (node or controller) from its pod's name; the metrics port is moved off 8080.
-		Env: []string{"POD_NAME=juicefs-csi-node-" + nodeID, "NODE_NAME=" + nodeID, fmt.Sprintf("JUICEFS_CSI_WEB_PORT=%d", webPort)},
+		Env: []string{"POD_NAME=juicefs-csi-node-" + nodeID, "NODE_NAME=" + nodeID, "JUICEFS_CSI_WEB_PORT=" + webPort},
 	}
 	// In the namespace: the root mount private first (so that nothing below reaches the host's
 	// mounts, also on a host whose / is shared), the juicefs client over /usr/bin and

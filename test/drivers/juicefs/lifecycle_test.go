@@ -89,7 +89,7 @@ func runLifecycle(t *testing.T, r *driverresult.Result, bins string, fs *filesys
 	if err := os.MkdirAll(filepath.Dir(endpoint), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	np := newNodePlugin(t, bins, dir, a.RootDir, endpoint, node, freePort(t))
+	np := newNodePlugin(t, bins, dir, a.RootDir, endpoint, node, drivertest.FreePort(t))
 	// The flags as a deployment writes them: the run's root directory and node name by the flags
 	// of the agent they stand for.
 	for _, f := range np.Flags {

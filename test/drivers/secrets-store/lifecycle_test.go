@@ -320,6 +320,7 @@ func (l *lifecycle) driverRestart() error {
 	if err != nil {
 		return err
 	}
+	killed := time.Now()
 	if err := l.driver.Kill(); err != nil {
 		return err
 	}
@@ -328,7 +329,11 @@ func (l *lifecycle) driverRestart() error {
 	if err := l.expectFile("api-key", "second"); err != nil {
 		return fmt.Errorf("with the node plugin killed: %w", err)
 	}
-	time.Sleep(republishPeriod) // a republish or two fail meanwhile; the mount must stay
+	// A republish fails while the plugin is down; the mount must stay.
+	if err := l.poll("a failed republish (FailedMount) with the node plugin killed",
+		drivertest.WarningEventSince(l.m.env.Client, l.pod, "FailedMount", killed)); err != nil {
+		return err
+	}
 	if err := l.sameMount(); err != nil {
 		return fmt.Errorf("with the node plugin killed: %w", err)
 	}
