@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/csi-volmgr/csi-volmgr/volumemanager/csrapprover"
 )
@@ -55,12 +57,27 @@ func TestApproveRefusesBadFlags(t *testing.T) {
 		{[]string{"--bootstrap-group-prefix=system:bootstrappers:"}, "bootstrap group prefix"},
 		{[]string{"--kubeconfig=" + missing}, "--kubeconfig " + missing},
 	} {
+		resetLogging(t)
 		cmd := NewRootCommand(io.Discard)
 		cmd.SetArgs(append([]string{"approve-node-csrs"}, tc.args...))
 		err := cmd.Execute()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// resetLogging undoes an earlier test's logging configuration, which
+// component-base applies once per process, so that a command's own is
+// applied again (go test -count=N runs the tests again in one process).
+func resetLogging(t *testing.T) {
+	t.Helper()
+	fg := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(fg); err != nil {
+		t.Fatal(err)
+	}
+	if err := logsapi.ResetForTest(fg); err != nil {
+		t.Fatal(err)
 	}
 }
 
